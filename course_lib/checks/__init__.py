@@ -1,0 +1,73 @@
+"""Visible checks for the exercise notebooks (one module per exercise set).
+
+A check runs the learner's function on a tiny input, prints what was expected and what
+came, names the likely bug when the answer matches a known mistake, and ends with
+"passed". It raises AssertionError on failure so nbgrader's tests fail too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import CodeType
+from typing import Callable, Iterable, Mapping
+
+import torch
+from torch import Tensor
+
+
+def _fmt(x: object) -> str:
+    if isinstance(x, Tensor):
+        return str(x.detach().to(torch.float64).numpy().round(4).tolist()) if x.is_floating_point() else str(x.tolist())
+    return repr(x)
+
+
+def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, Tensor] | None = None,
+            atol: float = 1e-5) -> None:
+    """Raise AssertionError with expected vs got (and the matching known bug) unless close."""
+    print(f"{name}\n  expected: {_fmt(expected)}\n  got:      {_fmt(got)}")
+    if not isinstance(got, Tensor):
+        raise AssertionError(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+    if got.shape != expected.shape:
+        raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
+    if torch.allclose(got.to(expected.dtype), expected, atol=atol, rtol=1e-4, equal_nan=False):
+        return
+    for hint, wrong in (likely_bugs or {}).items():
+        if wrong.shape == got.shape and torch.allclose(got.to(wrong.dtype), wrong, atol=atol, rtol=1e-4, equal_nan=True):
+            raise AssertionError(f"{name}: wrong values. Likely bug: {hint}")
+    if torch.isnan(got).any():
+        raise AssertionError(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row")
+    hints = "; ".join(likely_bugs or {}) or "compare your formula with the text above"
+    raise AssertionError(f"{name}: wrong values. Things to check: {hints}")
+
+
+def passed(name: str) -> None:
+    print(f"{name}: passed")
+
+
+def _names_used(code: CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden_objects: Iterable[object] = ()) -> None:
+    """Fail if `fn` calls a ready-made implementation that the exercise asks the learner to write.
+
+    A name counts when `fn` (or a function nested in it) looks it up as an attribute, such as
+    `torch.softmax` or `x.softmax`, or when one of its globals is a forbidden object, such
+    as course_lib's own reference imported under another name. The learner's own helpers
+    with other names are fine.
+    """
+    if not inspect.isfunction(fn):
+        raise AssertionError(f"expected a function you wrote, got {type(fn).__name__}")
+    forbidden_names, forbidden_objects = set(forbidden_names), list(forbidden_objects)
+    for name in _names_used(fn.__code__):
+        target = fn.__globals__.get(name)
+        if any(target is obj for obj in forbidden_objects):
+            raise AssertionError(f"{fn.__name__} calls the reference implementation `{name}`: this exercise asks "
+                                 "you to write it yourself, so it earns no credit")
+        if name in forbidden_names and not inspect.isfunction(target):
+            raise AssertionError(f"{fn.__name__} uses a ready-made `{name}`: this exercise asks you to write it "
+                                 "yourself, so it earns no credit")

@@ -1,0 +1,46 @@
+"""Re-execute notebooks in place, top to bottom, so their committed outputs are reproducible.
+
+Usage: python scripts/execute_notebooks.py [notebook or folder ...]   (default: notebooks/ solutions/)
+Each notebook runs in a fresh kernel with its own folder as working directory. Timings are
+not recorded, so re-running an unchanged notebook leaves the file unchanged apart from
+widget model ids.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def notebooks(args: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for arg in args or ["notebooks", "solutions"]:
+        path = (ROOT / arg) if not Path(arg).is_absolute() else Path(arg)
+        found += [path] if path.suffix == ".ipynb" else sorted(
+            p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    return found
+
+
+def execute(path: Path, timeout: int = 120) -> float:
+    """Run one notebook in place and return its wall-clock seconds."""
+    nb = nbformat.read(path, as_version=4)
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return seconds
+
+
+if __name__ == "__main__":
+    for notebook in notebooks(sys.argv[1:]):
+        print(f"{execute(notebook):6.1f} s  {notebook.relative_to(ROOT)}", flush=True)
