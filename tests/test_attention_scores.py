@@ -1,0 +1,257 @@
+"""Lesson 01: course_lib.attention against torch, its input checks, and exercise set 01's checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.attention import (attention_scores, dot_product_variance, entropy, naive_softmax, project_qkv,
+                                  scaled_dot_product_attention, softmax, softmax_saturation, train_alignment)
+from exercise_harness import exercise_names, outcome
+
+SET = "01_attention_scores"
+DTYPES = [torch.float32, torch.float64]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def random_qkv(gen, batch, t, s, d_k, d_v, dtype):
+    return (torch.randn(*batch, t, d_k, generator=gen, dtype=dtype),
+            torch.randn(*batch, s, d_k, generator=gen, dtype=dtype),
+            torch.randn(*batch, s, d_v, generator=gen, dtype=dtype))
+
+
+# ------------------------------------------------------------------ agreement with torch
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 4, 9), (2, 3, 4, 5)])
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_matches_torch(shape, dim, dtype):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape)), dtype=dtype) * 20
+    assert torch.allclose(softmax(x, dim), torch.softmax(x, dim), atol=TOL[dtype])
+
+
+def test_softmax_is_stable_where_the_naive_form_overflows():
+    x = torch.tensor([1000.0, 999.0, -1000.0])
+    assert torch.isnan(naive_softmax(x)).any()
+    assert torch.allclose(softmax(x), torch.softmax(x, -1))
+
+
+def test_softmax_of_a_fully_masked_row_is_zeros():
+    x = torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]])
+    out = softmax(x)
+    assert torch.equal(out[1], torch.zeros(2)) and torch.allclose(out[0], torch.softmax(x[0], -1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch,t,s,d_k,d_v", [((), 4, 4, 8, 8), ((2,), 3, 7, 16, 5), ((2, 3), 5, 2, 4, 6), ((1,), 1, 9, 64, 3)])
+def test_attention_matches_torch_sdpa(batch, t, s, d_k, d_v, dtype):
+    gen = torch.Generator().manual_seed(t * 100 + s)
+    q, k, v = random_qkv(gen, batch, t, s, d_k, d_v, dtype)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=TOL[dtype])
+    assert torch.allclose(weights.sum(-1), torch.ones(*batch, t, dtype=dtype), atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", ["full", "per_key", "causal"])
+def test_masked_attention_matches_torch_sdpa(mask_shape, dtype):
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = random_qkv(gen, (2, 3), 6, 6, 8, 4, dtype)
+    mask = {"full": torch.rand(2, 3, 6, 6, generator=gen) > 0.5,
+            "per_key": torch.rand(2, 1, 1, 6, generator=gen) > 0.5,
+            "causal": torch.ones(6, 6, dtype=torch.bool).tril()}[mask_shape]
+    mask = mask.clone()
+    mask[..., 0] = True  # torch returns NaN for a fully masked row; ours returns zeros (tested below)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=TOL[dtype])
+    assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+
+
+def test_custom_scale_matches_torch_sdpa():
+    q, k, v = random_qkv(torch.Generator().manual_seed(6), (2,), 4, 5, 8, 3, torch.float64)
+    out, _ = scaled_dot_product_attention(q, k, v, scale=1.0)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, scale=1.0))
+
+
+def test_fully_masked_query_gets_zero_weights_and_output():
+    q, k, v = random_qkv(torch.Generator().manual_seed(7), (), 3, 4, 8, 2, torch.float32)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.equal(out[1], torch.zeros(2)) and torch.equal(weights[1], torch.zeros(4))
+    assert not torch.isnan(out).any()
+
+
+def test_attention_gradients_match_torch():
+    q, k, v = (x.requires_grad_(True) for x in random_qkv(torch.Generator().manual_seed(8), (2,), 4, 5, 8, 3, torch.float64))
+    scaled_dot_product_attention(q, k, v)[0].square().sum().backward()
+    ours = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    F.scaled_dot_product_attention(q, k, v).square().sum().backward()
+    assert all(torch.allclose(a, x.grad) for a, x in zip(ours, (q, k, v)))
+
+
+def test_entropy_matches_torch_categorical():
+    w = torch.softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(9)) * 3, -1)
+    w[0] = F.one_hot(torch.tensor(2), 6).float()
+    assert torch.allclose(entropy(w), torch.distributions.Categorical(probs=w).entropy(), atol=1e-6)
+
+
+def test_project_qkv_is_three_matrix_products():
+    gen = torch.Generator().manual_seed(10)
+    x, w_q, w_k, w_v = torch.randn(5, 8, generator=gen), *(torch.randn(8, d, generator=gen) for d in (4, 4, 3))
+    q, k, v = project_qkv(x, w_q, w_k, w_v)
+    assert torch.equal(q, x @ w_q) and torch.equal(k, x @ w_k) and v.shape == (5, 3)
+
+
+# ------------------------------------------------------------------ the lesson's measurements
+
+@pytest.mark.parametrize("d_k", [4, 64])
+def test_dot_product_variance_is_d_k(d_k):
+    assert abs(dot_product_variance(d_k) / d_k - 1) < 0.05
+
+
+def test_unscaled_softmax_saturates_at_large_d_k():
+    (h_s, g_s), (h_u, g_u) = softmax_saturation(512, True), softmax_saturation(512, False)
+    assert h_u < h_s / 5 and g_u < g_s / 5
+
+
+def test_train_alignment_raises_the_chosen_weight_and_leaves_inputs_alone():
+    gen = torch.Generator().manual_seed(11)
+    x, w_q, w_k = torch.randn(5, 8, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
+    w_q_copy = w_q.clone()
+    before, after = train_alignment(x, w_q, w_k, query=1, key=3, steps=30)
+    assert torch.softmax(after[1], -1)[3] > torch.softmax(before[1], -1)[3] + 0.3
+    assert torch.equal(w_q, w_q_copy)
+
+
+# ------------------------------------------------------------------ bad input
+
+def test_mismatched_d_k_names_both_shapes():
+    with pytest.raises(ValueError, match=r"q has shape \(3, 8\).*k has shape \(4, 6\)"):
+        scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 6), torch.randn(4, 2))
+
+
+def test_mismatched_key_and_value_lengths_name_both_shapes():
+    with pytest.raises(ValueError, match=r"k has shape \(4, 8\).*v has shape \(5, 2\)"):
+        scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 8), torch.randn(5, 2))
+
+
+def test_wrong_rank_is_rejected():
+    with pytest.raises(ValueError, match=r"q must have at least 2 dimensions, got shape \(8,\)"):
+        attention_scores(torch.randn(8), torch.randn(3, 8))
+
+
+def test_non_broadcasting_batch_dimensions_are_rejected():
+    with pytest.raises(ValueError, match=r"\(2,\) does not broadcast with .* \(3,\)"):
+        attention_scores(torch.randn(2, 4, 8), torch.randn(3, 4, 8))
+
+
+def test_float_mask_is_rejected_with_its_dtype():
+    q = torch.randn(3, 8)
+    with pytest.raises(TypeError, match="mask must be a boolean tensor.*torch.float32"):
+        scaled_dot_product_attention(q, q, q, mask=torch.zeros(3, 3))
+
+
+def test_wrong_mask_shape_names_mask_and_scores():
+    q = torch.randn(3, 8)
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 3\) .* scores of shape \(3, 3\)"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(4, 3, dtype=torch.bool))
+
+
+def test_integer_inputs_are_rejected():
+    with pytest.raises(TypeError, match="logits must be a floating-point tensor, got dtype torch.int64"):
+        softmax(torch.arange(4))
+
+
+def test_out_of_range_dim_is_rejected():
+    with pytest.raises(ValueError, match=r"dim=2 is out of range for logits of shape \(3, 4\)"):
+        softmax(torch.randn(3, 4), dim=2)
+
+
+def test_non_positive_scale_is_rejected():
+    with pytest.raises(ValueError, match="scale must be positive, got 0.0"):
+        attention_scores(torch.randn(2, 4), torch.randn(2, 4), scale=0.0)
+
+
+def test_mixed_dtypes_are_rejected():
+    with pytest.raises(TypeError, match="share one dtype"):
+        attention_scores(torch.randn(2, 4), torch.randn(2, 4, dtype=torch.float64))
+
+
+def test_projection_with_wrong_rows_names_the_shapes():
+    with pytest.raises(ValueError, match=r"w_k of shape \(6, 4\) needs 8 rows.*x has shape \(5, 8\)"):
+        project_qkv(torch.randn(5, 8), torch.randn(8, 4), torch.randn(6, 4), torch.randn(8, 4))
+
+
+def test_alignment_token_out_of_range_is_rejected():
+    with pytest.raises(ValueError, match="key=9 is out of range for 5 tokens"):
+        train_alignment(torch.randn(5, 8), torch.randn(8, 4), torch.randn(8, 4), query=0, key=9)
+
+
+# ------------------------------------------------------------------ exercise set 01: the checks are tested too
+
+MUTANTS = {
+    "softmax_rows": {
+        "no max subtraction": "def softmax_rows(x):\n    e = torch.exp(x)\n    return e / e.sum(-1, keepdim=True)",
+        "wrong axis": "def softmax_rows(x):\n    e = torch.exp(x - x.amax(0, keepdim=True))\n    return e / e.sum(0, keepdim=True)",
+        "calls torch.softmax": "def softmax_rows(x):\n    return torch.softmax(x, -1)",
+        "calls the course reference": "from course_lib.attention import softmax as my_softmax\n"
+                                      "def softmax_rows(x):\n    return my_softmax(x)",
+    },
+    "score_matrix": {
+        "no scale": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1)",
+        "divides by d_k": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1) / q.shape[-1]",
+        "scales by the key count": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])",
+    },
+    "attend": {
+        "no scale": "def attend(q, k, v, mask=None):\n    s = q @ k.transpose(-2, -1)\n"
+                    "    if mask is not None: s = s.masked_fill(~mask, -math.inf)\n"
+                    "    w = torch.softmax(s, -1).nan_to_num(0)\n    return w @ v, w",
+        "softmax over the wrong axis": "def attend(q, k, v, mask=None):\n    s = score_matrix(q, k)\n"
+                                       "    if mask is not None: s = s.masked_fill(~mask, -math.inf)\n"
+                                       "    w = torch.softmax(s, -2).nan_to_num(0)\n    return w @ v, w",
+        "mask applied after softmax": "def attend(q, k, v, mask=None):\n    w = torch.softmax(score_matrix(q, k), -1)\n"
+                                      "    if mask is not None: w = w * mask\n    return w @ v, w",
+        "mask that yields NaN": "def attend(q, k, v, mask=None):\n    s = score_matrix(q, k)\n"
+                                "    if mask is not None: s = s.masked_fill(~mask, -math.inf)\n"
+                                "    w = torch.softmax(s, -1)\n    return w @ v, w",
+        "calls torch's attention": "import torch.nn.functional as F\ndef attend(q, k, v, mask=None):\n"
+                                   "    s = score_matrix(q, k)\n    w = softmax_rows(s if mask is None else s.masked_fill(~mask, -1e9))\n"
+                                   "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), w",
+    },
+    "row_entropy": {
+        "0 log 0 gives NaN": "def row_entropy(w):\n    return -(w * torch.log(w)).sum(-1)",
+        "missing minus sign": "def row_entropy(w):\n    return (w * torch.log(w.clamp_min(1e-45))).sum(-1)",
+        "log base 2": "def row_entropy(w):\n    return -(w * torch.log2(w.clamp_min(1e-45))).sum(-1)",
+    },
+}
+
+
+def test_every_exercise_has_known_wrong_answers():
+    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
+
+
+@pytest.mark.parametrize("exercise", list(MUTANTS))
+def test_reference_passes_its_check_and_hidden_tests(exercise):
+    result = outcome(SET, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
+def test_wrong_answer_fails_hidden_tests(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_wrong_answer_fails_visible_check(exercise, mutant):
+    # Answers that call a ready-made implementation compute the right numbers: only the hidden
+    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
