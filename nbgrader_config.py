@@ -5,6 +5,7 @@ solutions/<set>/ holds the instructor notebooks (with solutions and hidden tests
 Submissions go in submitted/<student>/<set>/; autograded/ and feedback/ are written next to them.
 """
 
+import os
 import re
 
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
@@ -12,7 +13,7 @@ from nbgrader.preprocessors import GetGrades
 
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
-c.CourseDirectory.root = "."
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 c.CourseDirectory.submitted_directory = "submitted"
@@ -34,6 +35,8 @@ class HideHiddenTests(Preprocessor):
     Autograding puts the hidden tests back into the test cells; this removes them again from
     the feedback HTML and shortens each error to its last line (the traceback quotes code).
     """
+
+    enabled = True  # nbconvert preprocessors are off unless enabled
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and "### BEGIN HIDDEN TESTS" in cell.source:

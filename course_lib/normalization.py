@@ -26,10 +26,16 @@ NORM_KINDS = ("batch", "layer", "rms")
 
 # ---------------------------------------------------------------- input checks
 
-def _check_x(x: Tensor, name: str = "x") -> None:
+def _check_x(x: Tensor, name: str = "x", min_rank: int = 2) -> None:
+    """BatchNorm needs at least (N, D) (an axis of tokens to average over); Layer/RMSNorm accept (D,)."""
     require_tensor(name, x)
     require_float(name, x)
-    require_rank(name, x, 2)  # at least (N, D): one axis to normalize over, one of features
+    require_rank(name, x, min_rank)
+
+
+def _token_count(x: Tensor, mask: Tensor | None) -> int:
+    """How many tokens BatchNorm's statistics average over: all of them, or the real ones."""
+    return int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
 
 
 def _check_vector(name: str, v: Tensor | None, x: Tensor) -> None:
@@ -115,12 +121,12 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     if training:
         mean, var, count = batch_statistics(x, mask)
         if count < 2:
+            real = "real (mask) " if mask is not None else ""
             raise ValueError(
-                f"batch_norm in training mode needs more than one value per feature to estimate a variance, "
-                f"but x of shape {tuple(x.shape)} gives {count} (tokens counted: every position"
-                f"{' marked real by mask' if mask is not None else ''}). With one value, x - mean = 0 and "
-                "the output would be beta whatever the input. Use a batch of more than one token, "
-                "eval mode (running statistics), or LayerNorm.")
+                f"batch_norm in training mode needs at least 2 tokens to estimate each feature's variance, "
+                f"but x of shape {tuple(x.shape)} gives {count} {real}token per feature. With one token, "
+                "x - mean = 0 and the output would be beta whatever the input. Use a larger batch, "
+                "eval mode (running statistics) or LayerNorm.")
         if running_mean is not None:
             with torch.no_grad():  # the running averages are bookkeeping, not part of the graph
                 running_mean.mul_(1 - momentum).add_(momentum * mean)
@@ -160,8 +166,8 @@ class BatchNorm(nn.Module):
         if self.training:
             _check_x(x)
             _check_mask(mask, x)
-            # Count the batch only if it is usable; batch_norm raises before touching the buffers.
-            if batch_statistics(x, mask)[2] >= 2:
+            # Count the batch only if it is usable (batch_norm raises on fewer than 2 tokens).
+            if _token_count(x, mask) >= 2:
                 self.num_batches_tracked += 1
             if momentum is None:
                 momentum = 1.0 / max(int(self.num_batches_tracked), 1)
@@ -178,7 +184,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     x: (..., D) -> (..., D). Each token is centered and scaled by its own mean and (biased)
     variance over its D features; no other token and no running statistic is involved.
     """
-    _check_x(x, "x") if x.dim() >= 2 else (require_tensor("x", x), require_float("x", x))
+    _check_x(x, min_rank=1)
     for name, v in (("weight", weight), ("bias", bias)):
         _check_vector(name, v, x)
     eps = _check_eps(eps)
@@ -198,7 +204,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) 
     x: (..., D) -> (..., D): x / sqrt(mean(x^2) + eps) * weight. No mean is subtracted and
     there is no bias. eps=None uses torch.finfo(x.dtype).eps, as torch does.
     """
-    _check_x(x, "x") if x.dim() >= 2 else (require_tensor("x", x), require_float("x", x))
+    _check_x(x, min_rank=1)
     _check_vector("weight", weight, x)
     eps = torch.finfo(x.dtype).eps if eps is None else _check_eps(eps)
     mean_square = (x ** 2).mean(dim=-1, keepdim=True)  # (..., 1)
@@ -292,18 +298,74 @@ def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_token
     """A sigmoid layer h = sigmoid(z), z = x W + shift, with W's entries of std scale / sqrt(d_in).
 
     normalized=True puts a BatchNorm (batch statistics, gamma = 1, beta = 0) between z and the
-    sigmoid. x: (n_tokens, d_in) standard normal. Returns (share of pre-activations with
-    |z| > 4, mean sigmoid slope over them, norm of d loss / d W), where loss = sum(h * g) for a
-    fixed random upstream gradient g. The gradient shrinks as the sigmoid saturates.
+    sigmoid. x: (n_tokens, d_in) standard normal. Returns (share of sigmoid inputs with |.| > 4,
+    their mean sigmoid slope, mean norm per token of d loss / d(sigmoid input)), where
+    loss = sum(h * g) for a fixed random upstream gradient g: the gradient that gets back
+    through the sigmoid to everything below it, and that vanishes where the sigmoid is flat.
     """
     require_positive("scale", scale)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n_tokens, d_in, generator=gen, dtype=torch.float64)
-    w = (torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * scale / d_in ** 0.5).requires_grad_(True)
+    w = torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * scale / d_in ** 0.5
     upstream = torch.randn(n_tokens, d_out, generator=gen, dtype=torch.float64)
     z = x @ w + shift  # (n_tokens, d_out)
     if normalized:
         z = batch_norm(z, None, None, training=True)
+    z = z.requires_grad_(True)
     (torch.sigmoid(z) * upstream).sum().backward()
-    z = z.detach()
-    return ((z.abs() > 4).double().mean().item(), sigmoid_slope(z).mean().item(), w.grad.norm().item())
+    return ((z.detach().abs() > 4).double().mean().item(), sigmoid_slope(z).mean().item(),
+            z.grad.norm(dim=-1).mean().item())
+
+
+# ---------------------------------------------------------------- lesson data: a toy batch of sentences
+
+EMBED_DIM = 6
+PAD = "<pad>"
+# Sequence 0 is the one we watch; its first token "cat" is the fixed token of the lesson.
+WATCHED = "cat sat on the mat and slept well"
+PROSE = ["dog ran to the park and barked twice", "bird sang in the tree at dawn today",
+         "kid read a book on the sofa again", "fish swam under the old boat all day"]
+CODE = ["for i in range ( n ) :", "x = y * 2 + z ;", "return f ( x ) if ok ;"]
+COMPOSITIONS = {
+    "alone (B = 1)": [],
+    "+1 similar sentence": PROSE[:1],
+    "+3 similar sentences": PROSE[:3],
+    "+3 lines of code": CODE,
+    "+7 mixed": PROSE + CODE,
+}
+# Real embeddings have features with non-zero means; the pad vector is all zeros
+# (nn.Embedding's padding_idx row), so padding drags every feature's mean toward 0.
+_FEATURE_OFFSET = torch.tensor([1.5, -1.0, 0.5, 2.0, -0.5, 1.0])
+
+
+def _vocabulary() -> dict[str, Tensor]:
+    prose = sorted({w for s in [WATCHED, *PROSE] for w in s.split()})
+    code = sorted({w for s in CODE for w in s.split()} - set(prose))
+    gen = torch.Generator().manual_seed(5)
+    table = {w: torch.randn(EMBED_DIM, generator=gen) * 0.7 + _FEATURE_OFFSET for w in prose}
+    # Code tokens come from another distribution: shifted and wider.
+    table |= {w: torch.randn(EMBED_DIM, generator=gen) * 1.5 + _FEATURE_OFFSET + 2.5 for w in code}
+    table[PAD] = torch.zeros(EMBED_DIM)
+    return table
+
+
+VOCABULARY = _vocabulary()
+
+
+def toy_batch(others: list[str], length: int, padding: int = 0) -> tuple[Tensor, Tensor, list[list[str]]]:
+    """The watched sentence plus `others`, each cut to `length` tokens, then `padding` pad tokens each.
+
+    Returns x (B, length + padding, D) with B = 1 + len(others), mask (B, length + padding)
+    (True = real token) and the token strings per sequence. x[0, 0] is always "cat".
+    """
+    if not 1 <= length <= 8:
+        raise ValueError(f"length must be between 1 and 8 (the sentences have 8 tokens), got {length}")
+    if padding < 0:
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    rows = [s.split()[:length] + [PAD] * padding for s in [WATCHED, *others]]
+    unknown = sorted({w for r in rows for w in r} - VOCABULARY.keys())
+    if unknown:
+        raise ValueError(f"words not in the toy vocabulary: {unknown}")
+    x = torch.stack([torch.stack([VOCABULARY[w] for w in r]) for r in rows])  # (B, T, D)
+    mask = torch.tensor([[w != PAD for w in r] for r in rows])  # (B, T)
+    return x, mask, rows

@@ -32,15 +32,21 @@ from .attention import scaled_dot_product_attention
 # ---------------------------------------------------------------- permutations
 
 
-def check_permutation(perm: object, n: int, name: str = "perm") -> Tensor:
-    """Return `perm` as a 1-D int64 tensor, or raise unless it lists 0..n-1 each exactly once."""
+def check_permutation(perm: object, n: int | None = None, name: str = "perm") -> Tensor:
+    """Return `perm` as a 1-D int64 tensor, or raise unless it lists 0..n-1 each exactly once.
+
+    n=None takes n from perm's length.
+    """
     if isinstance(perm, (list, tuple)):
-        perm = torch.tensor(perm)
+        perm = torch.tensor(perm, dtype=torch.long)
     require_tensor(name, perm)
     if perm.dtype.is_floating_point or perm.dtype.is_complex or perm.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer indices, got dtype {perm.dtype}")
-    if perm.dim() != 1 or perm.numel() != n:
-        raise ValueError(f"{name} must be a 1-D permutation of {n} positions, got shape {tuple(perm.shape)}")
+    if perm.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(perm.shape)}")
+    n = perm.numel() if n is None else n
+    if perm.numel() != n:
+        raise ValueError(f"{name} must be a permutation of the {n} token positions, got shape {tuple(perm.shape)}")
     if not torch.equal(torch.sort(perm.long()).values, torch.arange(n)):
         raise ValueError(f"{name} must contain each of 0..{n - 1} exactly once, got {perm.tolist()}")
     return perm.long()
@@ -55,7 +61,7 @@ def random_permutation(n: int, generator: torch.Generator | None = None) -> Tens
 
 def inverse_permutation(perm: Tensor) -> Tensor:
     """inv with inv[perm[i]] = i, so permute_tokens(permute_tokens(x, perm), inv) == x. Shape (n,)."""
-    perm = check_permutation(perm, len(perm) if hasattr(perm, "__len__") else -1)
+    perm = check_permutation(perm)
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(len(perm))
     return inverse
@@ -74,7 +80,7 @@ def permute_tokens(x: Tensor, perm: Tensor) -> Tensor:
 
 def permutation_matrix(perm: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """The (T, T) 0/1 matrix P with P @ x == permute_tokens(x, perm); P @ P.T = I."""
-    perm = check_permutation(perm, len(perm) if hasattr(perm, "__len__") else -1)
+    perm = check_permutation(perm)
     return torch.eye(len(perm), dtype=dtype)[perm]  # (T, T)
 
 
@@ -101,6 +107,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "w
         return out
     bias_name = name.replace("w_", "b_") if name.startswith("w_") else "bias"
     require_tensor(bias_name, bias)
+    if bias.dtype != x.dtype:
+        raise TypeError(f"{bias_name} has dtype {bias.dtype} but x has dtype {x.dtype}")
     if bias.shape != (weight.shape[1],):
         raise ValueError(f"{bias_name} must have shape ({weight.shape[1]},) to match {name} of shape "
                          f"{tuple(weight.shape)}, got {tuple(bias.shape)}")
@@ -222,6 +230,19 @@ class EncoderBlockParams:
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last (feature) axis: each token row is normalized on its own. (..., D) -> (..., D)."""
     return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def norm_over_tokens(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """Normalize each feature over the token axis (and batch): statistics mix all tokens. (..., T, D) -> (..., T, D).
+
+    Not a norm any Transformer uses; the lesson uses it to show that even a norm that mixes
+    tokens keeps equivariance, because a mean or variance over tokens ignores their order.
+    """
+    dims = tuple(range(x.dim() - 1))
+    mean = x.mean(dim=dims, keepdim=True)  # (1, ..., 1, D)
+    var = x.var(dim=dims, unbiased=False, keepdim=True)
+    out = (x - mean) / torch.sqrt(var + eps) * weight
+    return out if bias is None else out + bias
 
 
 Norm = Callable[[Tensor, Tensor, "Tensor | None", float], Tensor]

@@ -1,0 +1,420 @@
+"""Lesson 03: permutation symmetry and biases, checked against PyTorch's own modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.attention import scaled_dot_product_attention, softmax
+from course_lib.permutation import (EncoderBlockParams, bias_after_norm, causal_mask, check_permutation,
+                                    encoder_block, equivariance_gap, inverse_permutation, layer_norm, linear,
+                                    match_rows, norm_over_tokens, permutation_matrix, permute_tokens,
+                                    random_permutation, self_attention, sinusoidal_positions)
+
+DTYPES = [torch.float32, torch.float64]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def shapes(seed: int) -> tuple[int, int, int]:
+    """A random (B, T, D) with even D (positions need it) and T >= 3 (so permutations can do something)."""
+    g = gen(1000 + seed)
+    return (int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(3, 8, (1,), generator=g)),
+            2 * int(torch.randint(1, 5, (1,), generator=g)))
+
+
+def non_identity_permutation(T: int, g: torch.Generator) -> torch.Tensor:
+    while True:
+        perm = random_permutation(T, g)
+        if not torch.equal(perm, torch.arange(T)):
+            return perm
+
+
+def torch_layer(D: int, F_: int, nhead: int, dtype: torch.dtype, seed: int, norm_first: bool = False):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(D, nhead, F_, dropout=0.0, batch_first=True, norm_first=norm_first)
+    with torch.no_grad():  # non-trivial LayerNorm gains and shifts, so they are tested too
+        for norm in (layer.norm1, layer.norm2):
+            norm.weight.add_(0.3 * torch.randn(D))
+            norm.bias.add_(0.3 * torch.randn(D))
+    return layer.to(dtype).eval()
+
+
+# ---------------------------------------------------------------- permutations
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_permute_tokens_equals_multiplying_by_the_permutation_matrix(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x, perm = torch.randn(B, T, D, generator=g, dtype=torch.float64), random_permutation(T, g)
+    P = permutation_matrix(perm, torch.float64)
+    assert torch.equal(permute_tokens(x, perm), P @ x)
+    assert torch.equal(P @ P.T, torch.eye(T, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_inverse_permutation_undoes_permute_tokens(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x, perm = torch.randn(B, T, D, generator=g), random_permutation(T, g)
+    inverse = inverse_permutation(perm)
+    assert torch.equal(permute_tokens(permute_tokens(x, perm), inverse), x)
+    assert torch.equal(permute_tokens(permute_tokens(x, inverse), perm), x)
+
+
+def test_check_permutation_accepts_lists_and_returns_int64():
+    assert check_permutation([2, 0, 1]).dtype == torch.long
+    assert torch.equal(check_permutation(torch.tensor([1, 0], dtype=torch.int32), 2), torch.tensor([1, 0]))
+
+
+# ---------------------------------------------------------------- attention symmetry
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("with_biases", [False, True])
+def test_self_attention_without_positions_is_permutation_equivariant(dtype, seed, with_biases):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    w = [torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3)]
+    b = [torch.randn(D, generator=g, dtype=dtype) if with_biases else None for _ in range(3)]
+    for _ in range(5):
+        gap = equivariance_gap(lambda t: self_attention(t, *w, *b)[0], x, random_permutation(T, g))
+        assert gap < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_is_invariant_to_permuting_keys_and_values_together(dtype, seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    S = T + 2
+    q = torch.randn(B, T, D, generator=g, dtype=dtype)
+    k, v = torch.randn(B, S, D, generator=g, dtype=dtype), torch.randn(B, S, D + 1, generator=g, dtype=dtype)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    perm = non_identity_permutation(S, g)
+    out_p, weights_p = scaled_dot_product_attention(q, permute_tokens(k, perm), permute_tokens(v, perm))
+    torch.testing.assert_close(out_p, out, atol=TOL[dtype], rtol=0)
+    # The weights are the same numbers, attached to the moved keys.
+    torch.testing.assert_close(weights_p, weights[..., perm], atol=TOL[dtype], rtol=0)
+    # Permuting only the values (not the keys) is a different function: the pairing is lost.
+    out_v, _ = scaled_dot_product_attention(q, k, permute_tokens(v, perm))
+    assert (out_v - out).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_matches_torch_multihead_attention_with_biases_and_mask(dtype, seed):
+    B, T, D = shapes(seed)
+    torch.manual_seed(seed)
+    mha = nn.MultiheadAttention(D, 1, batch_first=True, bias=True).to(dtype).eval()
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+    x = torch.randn(B, T, D, dtype=dtype)
+    w, b = mha.in_proj_weight.detach(), mha.in_proj_bias.detach()
+    mask = causal_mask(T)
+    for our_mask, torch_mask in ((None, None), (mask, ~mask)):  # torch: True = may NOT attend
+        ours, weights = self_attention(x, w[:D].T, w[D:2 * D].T, w[2 * D:].T, b[:D], b[D:2 * D], b[2 * D:], our_mask)
+        ours = linear(ours, mha.out_proj.weight.detach().T, mha.out_proj.bias.detach())
+        theirs, their_weights = mha(x, x, x, attn_mask=torch_mask, need_weights=True)
+        torch.testing.assert_close(ours, theirs.detach(), atol=10 * TOL[dtype], rtol=0)
+        torch.testing.assert_close(weights, their_weights.detach(), atol=10 * TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_key_bias_changes_nothing(dtype, seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3))
+    b_k = 5 * torch.randn(D, generator=g, dtype=dtype)
+    plain = self_attention(x, w_q, w_k, w_v)
+    keyed = self_attention(x, w_q, w_k, w_v, b_k=b_k)
+    torch.testing.assert_close(keyed[1], plain[1], atol=10 * TOL[dtype], rtol=0)
+    torch.testing.assert_close(keyed[0], plain[0], atol=10 * TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_value_bias_adds_exactly_b_v_to_every_output_row(dtype, seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3))
+    b_v = torch.randn(D, generator=g, dtype=dtype)
+    mask = causal_mask(T)  # any mask that leaves each row a key: the weights still sum to 1
+    shift = self_attention(x, w_q, w_k, w_v, b_v=b_v, mask=mask)[0] - self_attention(x, w_q, w_k, w_v, mask=mask)[0]
+    torch.testing.assert_close(shift, b_v.expand_as(shift), atol=TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_query_bias_changes_the_weights(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=torch.float64) for _ in range(3))
+    b_q = torch.randn(D, generator=g, dtype=torch.float64)
+    plain = self_attention(x, w_q, w_k, w_v)[1]
+    biased = self_attention(x, w_q, w_k, w_v, b_q=b_q)[1]
+    assert (biased - plain).abs().max() > 1e-3
+    # ... by adding the same row vector b_q . k_s / sqrt(D) to every query's scores.
+    k = x @ w_k
+    expected = softmax((x @ w_q) @ k.transpose(-2, -1) / D ** 0.5 + (k @ b_q)[..., None, :] / D ** 0.5)
+    torch.testing.assert_close(biased, expected, atol=1e-12, rtol=0)
+
+
+# ---------------------------------------------------------------- the encoder block
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("masked", [False, True])
+def test_encoder_block_matches_torch_transformer_encoder_layer(dtype, seed, masked):
+    B, T, D = shapes(seed)
+    layer = torch_layer(D, 3 * D, 1, dtype, seed)
+    x = torch.randn(B, T, D, dtype=dtype)
+    mask = causal_mask(T) if masked else None
+    with torch.no_grad():
+        theirs = layer(x, src_mask=None if mask is None else ~mask)
+    ours = encoder_block(x, EncoderBlockParams.from_torch(layer), mask)
+    torch.testing.assert_close(ours, theirs, atol=20 * TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("nhead", [1, 2])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torch_transformer_encoder_layer_without_positions_or_mask_is_equivariant(dtype, seed, nhead, norm_first):
+    B, T, D = shapes(seed)
+    layer = torch_layer(D, 3 * D, nhead, dtype, seed, norm_first)
+    x = torch.randn(B, T, D, dtype=dtype)
+    g = gen(seed)
+    with torch.no_grad():
+        for _ in range(5):
+            assert equivariance_gap(layer, x, random_permutation(T, g)) < 20 * TOL[dtype]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_torch_layer_with_causal_mask_or_positions_is_not_equivariant(seed):
+    B, T, D = shapes(seed)
+    layer = torch_layer(D, 3 * D, 1, torch.float64, seed)
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    perm = non_identity_permutation(T, gen(seed))
+    with torch.no_grad():
+        assert equivariance_gap(lambda t: layer(t, src_mask=~causal_mask(T)), x, perm) > 1e-3
+        assert equivariance_gap(lambda t: layer(t + sinusoidal_positions(T, D, torch.float64)), x, perm) > 1e-3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_layer_norm_alone_is_equivariant_because_it_acts_on_each_row(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    gain, shift = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, generator=g, dtype=torch.float64)
+    ln = nn.LayerNorm(D, dtype=torch.float64)
+    with torch.no_grad():
+        ln.weight.copy_(gain)
+        ln.bias.copy_(shift)
+        assert equivariance_gap(ln, x, random_permutation(T, g)) == 0.0
+    torch.testing.assert_close(layer_norm(x, gain, shift), ln(x).detach(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    perm = random_permutation(T, g)
+    assert equivariance_gap(lambda t: encoder_block(t, p), x, perm) < 1e-12
+    assert equivariance_gap(lambda t: encoder_block(t, p, norm=norm_over_tokens), x, perm) < 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    perm = non_identity_permutation(T, g)
+    assert equivariance_gap(lambda t: encoder_block(t, p, causal_mask(T)), x, perm) > 1e-3
+    pe = sinusoidal_positions(T, D, torch.float64)
+    assert equivariance_gap(lambda t: encoder_block(t + pe, p), x, perm) > 1e-3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_mask_permuted_with_the_tokens_keeps_equivariance(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    perm, mask = non_identity_permutation(T, g), causal_mask(T)
+    moved = encoder_block(permute_tokens(x, perm), p, mask[perm][:, perm])
+    torch.testing.assert_close(moved, permute_tokens(encoder_block(x, p, mask), perm), atol=1e-12, rtol=0)
+
+
+def test_dog_bites_man_same_multiset_without_positions_different_with():
+    g = gen(0)
+    D = 8
+    embedding = torch.randn(3, D, generator=g, dtype=torch.float64)  # dog, bites, man
+    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    dog_bites_man, man_bites_dog = embedding[[0, 1, 2]], embedding[[2, 1, 0]]
+    a, b = encoder_block(dog_bites_man, p), encoder_block(man_bites_dog, p)
+    assert torch.equal(match_rows(a, b, atol=1e-10), torch.tensor([2, 1, 0]))
+    pe = sinusoidal_positions(3, D, torch.float64)
+    assert match_rows(encoder_block(dog_bites_man + pe, p), encoder_block(man_bites_dog + pe, p), atol=1e-3) is None
+
+
+# ---------------------------------------------------------------- biases before a norm
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_batchnorm_after_linear_cancels_its_whole_bias(dtype, seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B * T + 1, D, generator=g, dtype=dtype)  # rows = examples
+    w, b = torch.randn(D, D + 1, generator=g, dtype=dtype), 3 * torch.randn(D + 1, generator=g, dtype=dtype)
+    bn = nn.BatchNorm1d(D + 1, dtype=dtype).train()
+    torch.testing.assert_close(bn(linear(x, w, b)), bn(linear(x, w)), atol=100 * TOL[dtype], rtol=0)
+    torch.testing.assert_close(bias_after_norm(b, "batch"), torch.zeros_like(b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_layernorm_after_linear_cancels_only_the_mean_of_its_bias(dtype, seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    w, b = torch.randn(D, D + 1, generator=g, dtype=dtype), 3 * torch.randn(D + 1, generator=g, dtype=dtype)
+    ln = lambda t: F.layer_norm(t, (D + 1,))  # noqa: E731
+    kept = bias_after_norm(b, "layer")
+    torch.testing.assert_close(ln(linear(x, w, b)), ln(linear(x, w, kept)), atol=100 * TOL[dtype], rtol=0)
+    torch.testing.assert_close(ln(linear(x, w, b.mean().expand_as(b))), ln(linear(x, w)), atol=100 * TOL[dtype], rtol=0)
+    assert (ln(linear(x, w, b)) - ln(linear(x, w))).abs().max() > 1e-2
+
+
+def test_sinusoidal_positions_follow_the_formula():
+    T, D = 7, 6
+    pe = sinusoidal_positions(T, D, torch.float64)
+    for t in range(T):
+        for i in range(D // 2):
+            angle = torch.tensor(t / 10000 ** (2 * i / D), dtype=torch.float64)
+            assert pe[t, 2 * i] == pytest.approx(float(torch.sin(angle)), abs=1e-12)
+            assert pe[t, 2 * i + 1] == pytest.approx(float(torch.cos(angle)), abs=1e-12)
+
+
+def test_causal_mask_is_lower_triangular_true():
+    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("perm, n, error, match", [
+    ([0, 0, 1], 3, ValueError, r"each of 0\.\.2 exactly once, got \[0, 0, 1\]"),
+    ([0, 1], 3, ValueError, r"permutation of the 3 token positions, got shape \(2,\)"),
+    ([1, 2, 3], 3, ValueError, r"each of 0\.\.2 exactly once, got \[1, 2, 3\]"),
+    (torch.tensor([0.0, 1.0]), 2, TypeError, r"integer indices, got dtype torch\.float32"),
+    (torch.tensor([[0, 1]]), 2, ValueError, r"must be 1-D, got shape \(1, 2\)"),
+    ("012", 3, TypeError, r"perm must be a torch\.Tensor, got str"),
+])
+def test_bad_permutations_are_rejected(perm, n, error, match):
+    with pytest.raises(error, match=match):
+        check_permutation(perm, n)
+
+
+def test_permute_tokens_rejects_a_permutation_of_the_wrong_length():
+    with pytest.raises(ValueError, match=r"permutation of the 4 token positions, got shape \(3,\)"):
+        permute_tokens(torch.zeros(2, 4, 5), torch.tensor([2, 0, 1]))
+    with pytest.raises(ValueError, match=r"x must have at least 2 dimensions, got shape \(5,\)"):
+        permute_tokens(torch.zeros(5), torch.tensor([0]))
+
+
+def test_linear_rejects_mismatched_weight_bias_and_dtypes():
+    x = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) needs 4 rows .* x has shape \(3, 4\)"):
+        linear(x, torch.zeros(5, 2), name="w_q")
+    with pytest.raises(ValueError, match=r"b_q must have shape \(2,\) to match w_q of shape \(4, 2\), got \(3,\)"):
+        linear(x, torch.zeros(4, 2), torch.zeros(3), name="w_q")
+    with pytest.raises(TypeError, match=r"b_v has dtype torch\.float64 but x has dtype torch\.float32"):
+        linear(x, torch.zeros(4, 2), torch.zeros(2, dtype=torch.float64), name="w_v")
+    with pytest.raises(TypeError, match=r"weight has dtype torch\.float64 but x has dtype torch\.float32"):
+        linear(x, torch.zeros(4, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch\.int64"):
+        linear(torch.zeros(3, 4, dtype=torch.long), torch.zeros(4, 2))
+
+
+def test_self_attention_rejects_mismatched_query_and_key_widths():
+    x = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match=r"w_q \(4, 2\) and w_k \(4, 3\) must give the same d_k"):
+        self_attention(x, torch.zeros(4, 2), torch.zeros(4, 3), torch.zeros(4, 4))
+
+
+def test_encoder_block_rejects_the_wrong_width():
+    p = EncoderBlockParams.random(4, 8, gen(0))
+    with pytest.raises(ValueError, match=r"x has shape \(2, 3, 6\) but the block's weights expect D=4"):
+        encoder_block(torch.zeros(2, 3, 6), p)
+    with pytest.raises(ValueError, match=r"no field\(s\) \['b_x'\]"):
+        p.replace(b_x=None)
+
+
+def test_from_torch_rejects_layers_it_cannot_copy():
+    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
+    with pytest.raises(ValueError, match=r"nhead=1.*got nhead=2, norm_first=False"):
+        EncoderBlockParams.from_torch(layer)
+
+
+def test_equivariance_gap_rejects_bad_functions():
+    x = torch.zeros(2, 3, 4)
+    with pytest.raises(TypeError, match=r"f must be a function of x, got int"):
+        equivariance_gap(3, x, torch.tensor([0, 2, 1]))
+    with pytest.raises(ValueError, match=r"x has shape \(2, 3, 4\), f\(x\) has \(2, 4\)"):
+        equivariance_gap(lambda t: t.sum(-2), x, torch.tensor([0, 2, 1]))
+
+
+def test_match_rows_rejects_different_shapes():
+    with pytest.raises(ValueError, match=r"same shape \(T, D\), got \(3, 2\) and \(2, 2\)"):
+        match_rows(torch.zeros(3, 2), torch.zeros(2, 2))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: bias_after_norm(torch.zeros(3), "group"), ValueError, r"'batch' or 'layer', got 'group'"),
+    (lambda: bias_after_norm(torch.zeros(2, 3), "layer"), ValueError, r"bias must have 1 dimensions, got shape \(2, 3\)"),
+    (lambda: sinusoidal_positions(4, 5), ValueError, r"even D >= 2, got T=4, D=5"),
+    (lambda: causal_mask(0), ValueError, r"T must be >= 1, got 0"),
+    (lambda: random_permutation(0), ValueError, r"n must be >= 1, got 0"),
+    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D >= 1 and F >= 1, got D=0, F=4"),
+])
+def test_other_bad_arguments_are_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- widget
+
+
+def test_permutation_widget_renders_fast_and_reports_equivariance():
+    from course_lib.widgets.permutation import permutation_widget
+
+    w = permutation_widget()
+    assert "equivariant</b>: every output moved" in w.view.value
+    w.controls["b_q"].value = True
+    w.controls["b_v"].value = True
+    w.controls["scope"].value = "encoder block"
+    assert "equivariant</b>: every output moved" in w.view.value  # biases do not break it
+    w.controls["mask"].value = True
+    assert "not equivariant" in w.view.value
+    w.controls["mask"].value = False
+    w.controls["positions"].value = True
+    assert "not equivariant" in w.view.value
+    assert not w.errors.outputs
+    assert max(w.timings_ms) < 50
