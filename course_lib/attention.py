@@ -29,11 +29,13 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     require_float("logits", logits)
     dim = require_dim(logits, dim, "logits")
     row_max = logits.amax(dim=dim, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    if not torch.isfinite(row_max).all():  # rows that are entirely -inf: every key masked
+        row_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
     exps = torch.exp(logits - row_max)
     total = exps.sum(dim=dim, keepdim=True)
-    # total >= 1 whenever the row has a finite entry (its maximum contributes exp(0) = 1).
-    return torch.where(total > 0, exps / total.clamp_min(torch.finfo(exps.dtype).tiny), 0.0)
+    # total >= 1 for a row with a finite entry (its maximum contributes exp(0) = 1), so the
+    # clamp only touches all-masked rows, whose exps are all 0: 0 / tiny = 0, not 0 / 0 = NaN.
+    return exps / total.clamp_min(torch.finfo(exps.dtype).tiny)
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -78,9 +80,14 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     scale=None uses 1/sqrt(d_k); scale=1.0 gives the raw dot products.
     """
     _check_qkv(q, k)
+    return _scores(q, k, scale)
+
+
+def _scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
     scale = default_scale(q.shape[-1]) if scale is None else float(scale)
     require_positive("scale", scale)
-    return (q @ k.transpose(-2, -1)) * scale  # (..., T, S)
+    # Scaling q (T x d_k numbers) is cheaper than scaling the scores (T x S numbers).
+    return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
 
 
 def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
@@ -105,7 +112,7 @@ def scaled_dot_product_attention(
     A query whose keys are all masked gets zero weights and a zero output row (not NaN).
     """
     _check_qkv(q, k, v)
-    scores = attention_scores(q, k, scale)  # (..., T, S)
+    scores = _scores(q, k, scale)  # (..., T, S)
     if mask is not None:
         check_mask(mask, tuple(scores.shape))
         scores = scores.masked_fill(~mask, float("-inf"))

@@ -34,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--course", type=Path, default=ROOT, help="course folder holding nbgrader_config.py")
     parser.add_argument("--submissions", type=Path, default=None, help="folder of <student>/<set>/ submissions")
+    parser.add_argument("--exercises-only", action="store_true", help="only write the student versions")
     args = parser.parse_args()
     course = args.course.resolve()
     submitted = (args.submissions or course / "submitted").resolve()
@@ -42,6 +43,9 @@ def main() -> None:
     sets = sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
     for name in sets:
         nbgrader(course, "generate_assignment", name)
+    if args.exercises_only:
+        print(f"student versions written to exercises/: {', '.join(sets)}")
+        return
     graded = sorted({p.parent.name for p in submitted.glob("*/*/*.ipynb")} & set(sets)) if submitted.exists() else []
     if not graded:
         print(f"student versions written to exercises/; no submissions found under {submitted}")

@@ -1,0 +1,45 @@
+# Transformer Roots. `make lab` opens the course; `make test` runs every test.
+# Both create .venv and install everything on first use (shared setup: the `setup` target).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(abspath $(VENV))/bin
+STAMP  := $(VENV)/.installed
+# nbgrader runs `alembic` and jupyter runs its kernels from PATH: the venv's bin comes first.
+export PATH := $(BIN):$(PATH)
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: setup lab test grade bench notebooks exercises browser clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP)
+
+lab: setup
+	$(BIN)/jupyter lab notebooks $(ALLOW_ROOT)
+
+browser:
+	@bash scripts/ensure_chromium.sh
+
+test: setup browser
+	$(BIN)/python -m pytest tests notebooks solutions --nbval --nbval-sanitize-with tests/sanitize.cfg -q
+
+grade: setup
+	$(BIN)/python scripts/grade.py $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS))
+
+exercises: setup
+	$(BIN)/python scripts/grade.py --exercises-only
+
+notebooks: setup
+	$(BIN)/python scripts/execute_notebooks.py notebooks solutions
+	$(MAKE) exercises
+
+bench: setup browser
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf $(VENV) gradebook.db submitted autograded feedback grades.csv test-artifacts

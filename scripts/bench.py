@@ -1,0 +1,161 @@
+"""`make bench`: how fast the course is on this machine. Prints a table, writes bench/results.json.
+
+Measures
+  - seconds to execute each lesson and solution notebook headless (a fresh kernel each);
+  - Python-side time of every widget redraw (each widget in course_lib.widgets, every control
+    moved through its range), p50 / p95 in ms;
+  - browser round trip in JupyterLab + headless Chromium: slider key press to the view's
+    DOM change, p50 / p95 in ms, for each lesson;
+  - course_lib's attention vs torch's scaled_dot_product_attention at the same shapes
+    (median of repeated runs, measured back to back in this one run), as a ratio.
+Targets on a 2-core CPU: notebook <= 10 s, round trip p50 <= 50 ms and p95 <= 100 ms,
+attention ratio <= 1.5.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import ipywidgets as widgets
+import nbformat
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+import course_lib.widgets as widget_package  # noqa: E402
+from course_lib.attention import scaled_dot_product_attention  # noqa: E402
+from execute_notebooks import notebooks  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+
+ATTENTION_SHAPES = [(1, 6, 8), (8, 64, 64), (8, 4, 128, 32), (4, 8, 256, 64)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def notebook_seconds() -> dict[str, float]:
+    """Execute each notebook in memory (the committed file is left alone) and time it."""
+    results = {}
+    for path in notebooks([]):
+        nb = nbformat.read(path, as_version=4)
+        client = NotebookClient(nb, timeout=120, kernel_name="python3", record_timing=False,
+                                resources={"metadata": {"path": str(path.parent)}})
+        start = time.perf_counter()
+        client.execute()
+        results[str(path.relative_to(ROOT))] = round(time.perf_counter() - start, 2)
+    return results
+
+
+def control_values(control: widgets.ValueWidget) -> list:
+    if isinstance(control, widgets.Checkbox) or isinstance(control, widgets.ToggleButton):
+        return [not control.value, control.value] * 5
+    if hasattr(control, "options"):
+        options = list(control.options)
+        values = [o[1] if isinstance(o, tuple) else o for o in options]
+        return (values * 3)[: max(10, len(values))]
+    if hasattr(control, "min") and hasattr(control, "max"):
+        steps = np.linspace(control.min, control.max, 12)
+        return [type(control.value)(v) for v in steps]
+    return []
+
+
+def widget_callbacks() -> dict[str, dict[str, float]]:
+    results = {}
+    for module_info in pkgutil.iter_modules(widget_package.__path__):
+        module = importlib.import_module(f"course_lib.widgets.{module_info.name}")
+        for name in dir(module):
+            if not name.endswith("_widget") or not callable(getattr(module, name)):
+                continue
+            start = time.perf_counter()
+            view = getattr(module, name)()
+            build_ms = (time.perf_counter() - start) * 1000
+            view.timings_ms.clear()
+            for control in view.controls.values():
+                original = control.value
+                for value in control_values(control):
+                    control.value = value
+                control.value = original
+            times = view.timings_ms
+            results[f"{module_info.name}.{name}"] = {"build_ms": round(build_ms, 1), "redraws": len(times),
+                                                     "p50_ms": round(percentile(times, 50), 2),
+                                                     "p95_ms": round(percentile(times, 95), 2),
+                                                     "errors": len(view.errors.outputs)}
+    return results
+
+
+def browser_round_trips(presses: int = 30) -> dict[str, dict[str, float]]:
+    from lab_driver import browser_missing_message, jupyterlab, launch_options, run_lesson
+    from playwright.sync_api import sync_playwright
+    results = {}
+    log = ROOT / "test-artifacts" / "bench-jupyterlab.log"
+    log.parent.mkdir(exist_ok=True)
+    with jupyterlab(ROOT, log) as url, sync_playwright() as playwright:
+        try:
+            browser = playwright.chromium.launch(headless=True, **launch_options())
+        except Exception as error:
+            raise SystemExit(f"{browser_missing_message()}\n{error}")
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            times = run_lesson(page, url.format(path=f"notebooks/{path.name}"), presses=presses)
+            results[path.name] = {"presses": len(times), "p50_ms": round(percentile(times, 50), 1),
+                                  "p95_ms": round(percentile(times, 95), 1)}
+            page.close()
+        browser.close()
+    return results
+
+
+def attention_ratio(repeats: int = 60) -> dict[str, dict[str, float]]:
+    torch.manual_seed(0)
+    results = {}
+    for shape in ATTENTION_SHAPES:
+        q, k, v = (torch.randn(*shape) for _ in range(3))
+        ours, theirs = [], []
+        for _ in range(5):  # warm-up
+            scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
+        for _ in range(repeats):  # interleaved, so both see the same machine state
+            start = time.perf_counter(); scaled_dot_product_attention(q, k, v); ours.append(time.perf_counter() - start)
+            start = time.perf_counter(); F.scaled_dot_product_attention(q, k, v); theirs.append(time.perf_counter() - start)
+        mine, torch_s = statistics.median(ours), statistics.median(theirs)
+        results["x".join(map(str, shape))] = {"course_lib_ms": round(mine * 1000, 3),
+                                              "torch_ms": round(torch_s * 1000, 3), "ratio": round(mine / torch_s, 2)}
+    return results
+
+
+def main() -> None:
+    results = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__}}
+    results["notebook_seconds"] = notebook_seconds()
+    results["widget_callbacks"] = widget_callbacks()
+    results["attention_vs_torch"] = attention_ratio()
+    results["browser_round_trip"] = browser_round_trips()
+
+    print(f"\n{'notebook':58s} {'seconds':>8s}  (target <= 10)")
+    for name, seconds in results["notebook_seconds"].items():
+        print(f"{name:58s} {seconds:8.2f}{'  OVER' if seconds > 10 else ''}")
+    print(f"\n{'widget (Python side)':58s} {'p50 ms':>8s} {'p95 ms':>8s} {'build ms':>9s}")
+    for name, r in results["widget_callbacks"].items():
+        print(f"{name:58s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['build_ms']:9.1f}"
+              f"{'  ERRORS' if r['errors'] else ''}")
+    print(f"\n{'browser round trip (first slider)':58s} {'p50 ms':>8s} {'p95 ms':>8s}  (targets 50 / 100)")
+    for name, r in results["browser_round_trip"].items():
+        print(f"{name:58s} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f}")
+    print(f"\n{'attention shape':58s} {'ours ms':>8s} {'torch ms':>8s} {'ratio':>6s}  (target <= 1.5)")
+    for shape, r in results["attention_vs_torch"].items():
+        print(f"{shape:58s} {r['course_lib_ms']:8.3f} {r['torch_ms']:8.3f} {r['ratio']:6.2f}")
+    out = ROOT / "bench" / "results.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwritten: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Drive JupyterLab in headless Chromium: used by the browser test and by the benchmark.
+
+`jupyterlab(root)` starts a server on a free local port with a random token and always stops
+it; `run_lesson(page, ...)` opens a notebook, runs every cell, then presses ArrowRight on the
+first slider of a live widget and times each press until the widget's view changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+IDLE = "Python 3 (ipykernel) | Idle"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyterlab(root: Path, log_path: Path) -> Iterator[str]:
+    """Start `jupyter lab` on `root`; yield its base URL (with ?token=...); stop it on exit."""
+    port, token = free_port(), secrets.token_hex(16)
+    with tempfile.TemporaryDirectory() as home:
+        # A fresh settings folder would show a "news?" pop-up over the notebook: answer it up front.
+        news = Path(home, "settings", "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
+        news.parent.mkdir(parents=True)
+        news.write_text(json.dumps({"fetchNews": "false"}))
+        env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(Path(home, "settings")),
+                   JUPYTERLAB_WORKSPACES_DIR=str(Path(home, "workspaces")),
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                   f"--ServerApp.token={token}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--allow-root")
+        with open(log_path, "w") as log:
+            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 60
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"jupyter lab exited with code {server.returncode}; see {log_path}")
+                try:
+                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise RuntimeError(f"jupyter lab did not answer on port {port} within 60 s; see {log_path}")
+                    time.sleep(0.3)
+            yield f"{base}/lab/tree/{{path}}?token={token}"
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+
+
+def launch_options() -> dict:
+    """Debian's Chromium when installed (as in CI), otherwise Playwright's own browser."""
+    if Path(CHROMIUM).exists():
+        return {"executable_path": CHROMIUM, "args": CHROMIUM_FLAGS}
+    if shutil.which("chromium"):
+        return {"executable_path": shutil.which("chromium"), "args": CHROMIUM_FLAGS}
+    return {"args": CHROMIUM_FLAGS}
+
+
+def browser_missing_message() -> str:
+    return ("No Chromium for the browser test. On Debian as root: `apt-get install -y chromium` "
+            "(make test does this); elsewhere: `python -m playwright install chromium`.")
+
+
+def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None) -> list[float]:
+    """Open a notebook, run all cells, press ArrowRight on the first live slider; return ms per press."""
+    page.goto(url)
+    statusbar = page.locator("#jp-main-statusbar")
+    # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
+    statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    slider = page.locator(".tr-live").first
+    handle = slider.locator(".widget-slider .noUi-handle").first
+    handle.wait_for(timeout=90_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-InputPrompt')]"
+                           ".every(p => !p.textContent.includes('*'))", timeout=90_000)
+    statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
+    view = slider.locator(".tr-view").first
+    times = []
+    for _ in range(presses):
+        before = view.inner_html()
+        handle.focus()
+        # Time in the page: from the keydown on the slider to the view's next DOM change.
+        view.evaluate("""(el) => { window.__trDone = new Promise(resolve => {
+            const observer = new MutationObserver(() => { observer.disconnect(); resolve(performance.now()); });
+            observer.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
+            document.activeElement.addEventListener('keydown', () => { window.__trStart = performance.now(); },
+                                                    {once: true, capture: true}); }); }""")
+        page.keyboard.press("ArrowRight")
+        done = page.evaluate("() => Promise.race([window.__trDone, new Promise(r => setTimeout(() => r(null), 5000))])")
+        if done is None:
+            raise AssertionError("the widget's view did not change within 5 s of a slider key press")
+        times.append(done - page.evaluate("() => window.__trStart"))
+        if view.inner_html() == before:
+            raise AssertionError("the slider moved but the widget's view shows the same content")
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        slider.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot))
+    return times
