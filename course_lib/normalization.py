@@ -33,11 +33,6 @@ def _check_x(x: Tensor, name: str = "x", min_rank: int = 2) -> None:
     require_rank(name, x, min_rank)
 
 
-def _token_count(x: Tensor, mask: Tensor | None) -> int:
-    """How many tokens BatchNorm's statistics average over: all of them, or the real ones."""
-    return int(mask.sum()) if mask is not None else x.numel() // max(x.shape[-1], 1)
-
-
 def _check_vector(name: str, v: Tensor | None, x: Tensor) -> None:
     """A per-feature vector (gamma, beta, running statistics) must be (D,) and share x's dtype."""
     if v is None:
@@ -163,16 +158,13 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         momentum = self.momentum
-        if self.training:
-            _check_x(x)
-            _check_mask(mask, x)
-            # Count the batch only if it is usable (batch_norm raises on fewer than 2 tokens).
-            if _token_count(x, mask) >= 2:
-                self.num_batches_tracked += 1
-            if momentum is None:
-                momentum = 1.0 / max(int(self.num_batches_tracked), 1)
-        return batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                          self.training, momentum if momentum is not None else 0.0, self.eps, mask)
+        if momentum is None:  # cumulative average: this batch gets weight 1 / (batches seen, this one included)
+            momentum = 1.0 / (int(self.num_batches_tracked) + 1)
+        out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         self.training, momentum, self.eps, mask)
+        if self.training:  # counted only once batch_norm has accepted the batch
+            self.num_batches_tracked += 1
+        return out
 
 
 # ---------------------------------------------------------------- LayerNorm and RMSNorm

@@ -232,6 +232,40 @@ MUTANTS = {
 }
 
 
+# Right answers written in other ways must keep full credit.
+ACCEPTED = {
+    "softmax_rows": {
+        "own helper named softmax": "def softmax(x):\n    e = torch.exp(x - x.max(-1, keepdim=True).values)\n"
+                                    "    return e / e.sum(-1, keepdim=True)\n"
+                                    "def softmax_rows(x):\n    return softmax(x)",
+    },
+    "attend": {
+        "uses torch.softmax (allowed here)": "def attend(q, k, v, mask=None):\n    s = score_matrix(q, k)\n"
+                                             "    if mask is not None: s = s.masked_fill(~mask, -math.inf)\n"
+                                             "    w = torch.softmax(s, -1).nan_to_num(0.0)\n    return w @ v, w",
+    },
+}
+MUTANTS_HIDDEN_ONLY = {
+    "softmax_rows": {
+        "calls torch.softmax through its own helper": "def helper(x):\n    return torch.softmax(x, -1)\n"
+                                                      "def softmax_rows(x):\n    return helper(x)",
+        "own helper named softmax calling torch's": "def softmax(x):\n    return torch.softmax(x, -1)\n"
+                                                    "def softmax_rows(x):\n    return softmax(x)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,answer", [(e, a) for e, ans in ACCEPTED.items() for a in ans])
+def test_right_answers_written_another_way_pass(exercise, answer):
+    result = outcome(SET, exercise, ACCEPTED[exercise][answer])
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS_HIDDEN_ONLY.items() for m in ms])
+def test_ready_made_calls_hidden_in_helpers_get_no_credit(exercise, mutant):
+    assert not outcome(SET, exercise, MUTANTS_HIDDEN_ONLY[exercise][mutant]).hidden_passed
+
+
 def test_every_exercise_has_known_wrong_answers():
     assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
 

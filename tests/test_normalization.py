@@ -11,6 +11,7 @@ from course_lib.normalization import (COMPOSITIONS, PAD, BatchNorm, LayerNorm, R
                                       batch_statistics, dependence_mask, expected_slice, layer_norm,
                                       normalize_tokens, rms_norm, sigmoid_layer_gradient, sigmoid_slope,
                                       toy_batch)
+from exercise_harness import exercise_names, outcome
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
@@ -315,6 +316,13 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         BatchNorm(0)
 
 
+def test_module_rejects_a_dtype_mismatch_before_touching_its_buffers():
+    layer = BatchNorm(3)  # float32 parameters and buffers
+    with pytest.raises(TypeError, match="running_mean has dtype torch.float32 but x has dtype torch.float64"):
+        layer(torch.randn(4, 3, dtype=torch.float64))
+    assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_var, torch.ones(3))
+
+
 # ---------------------------------------------------------------- widget
 
 def test_normalization_widget_renders_every_setting_fast_and_without_errors():
@@ -333,3 +341,105 @@ def test_normalization_widget_renders_every_setting_fast_and_without_errors():
     view.controls["masked"].value, view.controls["padding"].value, view.controls["length"].value = True, 3, 1
     assert "at least 2 tokens" in view.view.value
     assert sorted(view.timings_ms)[len(view.timings_ms) // 2] < 5.0
+
+
+# ---------------------------------------------------------------- exercise set 05: the checks are tested too
+
+SET = "05_normalization"
+
+MUTANTS = {
+    "batch_stats": {
+        "unbiased variance": "def batch_stats(x):\n    flat = x.reshape(-1, x.shape[-1])\n    return flat.mean(0), flat.var(0)",
+        "over the features (LayerNorm's axis)": "def batch_stats(x):\n    return x.mean(-1), x.var(-1, unbiased=False)",
+        "over the batch axis only": "def batch_stats(x):\n    return x.mean(0), x.var(0, unbiased=False)",
+        "calls the course reference": "from course_lib.normalization import batch_statistics as stats\n"
+                                      "def batch_stats(x):\n    return stats(x)[:2]",
+    },
+    "batch_norm_forward": {
+        "batch statistics in eval mode": "def batch_norm_forward(x, gamma, beta, running_mean, running_var, training, eps=1e-5):\n"
+                                         "    mean, var = batch_stats(x)\n"
+                                         "    return (x - mean) / torch.sqrt(var + eps) * gamma + beta",
+        "eps outside the square root": "def batch_norm_forward(x, gamma, beta, running_mean, running_var, training, eps=1e-5):\n"
+                                       "    mean, var = batch_stats(x) if training else (running_mean, running_var)\n"
+                                       "    return (x - mean) / (torch.sqrt(var) + eps) * gamma + beta",
+        "unbiased variance": "def batch_norm_forward(x, gamma, beta, running_mean, running_var, training, eps=1e-5):\n"
+                             "    flat = x.reshape(-1, x.shape[-1])\n"
+                             "    mean, var = (flat.mean(0), flat.var(0)) if training else (running_mean, running_var)\n"
+                             "    return (x - mean) / torch.sqrt(var + eps) * gamma + beta",
+        "gamma and beta swapped": "def batch_norm_forward(x, gamma, beta, running_mean, running_var, training, eps=1e-5):\n"
+                                  "    mean, var = batch_stats(x) if training else (running_mean, running_var)\n"
+                                  "    return (x - mean) / torch.sqrt(var + eps) * beta + gamma",
+        "calls F.batch_norm": "import torch.nn.functional as F\n"
+                              "def batch_norm_forward(x, gamma, beta, running_mean, running_var, training, eps=1e-5):\n"
+                              "    xt = x.transpose(1, 2) if x.dim() == 3 else x\n"
+                              "    y = F.batch_norm(xt, running_mean.clone(), running_var.clone(), gamma, beta, training, 0.0, eps)\n"
+                              "    return y.transpose(1, 2) if x.dim() == 3 else y",
+    },
+    "update_running": {
+        "biased variance averaged": "def update_running(running_mean, running_var, x, momentum):\n"
+                                    "    mean, var = batch_stats(x)\n"
+                                    "    return (1 - momentum) * running_mean + momentum * mean, (1 - momentum) * running_var + momentum * var",
+        "momentum on the wrong side": "def update_running(running_mean, running_var, x, momentum):\n"
+                                      "    mean, var = batch_stats(x)\n    n = x.numel() // x.shape[-1]\n"
+                                      "    return momentum * running_mean + (1 - momentum) * mean, "
+                                      "momentum * running_var + (1 - momentum) * var * n / (n - 1)",
+        "calls nn.BatchNorm1d": "def update_running(running_mean, running_var, x, momentum):\n"
+                                "    bn = torch.nn.BatchNorm1d(x.shape[-1], momentum=momentum).to(x.dtype)\n"
+                                "    bn.running_mean.copy_(running_mean); bn.running_var.copy_(running_var)\n"
+                                "    bn(x.reshape(-1, x.shape[-1]))\n"
+                                "    return bn.running_mean.clone(), bn.running_var.clone()",
+    },
+    "layer_norm_rows": {
+        "unbiased variance (torch.var's default)": "def layer_norm_rows(x, gamma, beta, eps=1e-5):\n"
+                                                   "    mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True)\n"
+                                                   "    return (x - mean) / torch.sqrt(var + eps) * gamma + beta",
+        "statistics over the batch axis": "def layer_norm_rows(x, gamma, beta, eps=1e-5):\n"
+                                          "    mean, var = x.mean(0), x.var(0, unbiased=False)\n"
+                                          "    return (x - mean) / torch.sqrt(var + eps) * gamma + beta",
+        "eps outside the square root": "def layer_norm_rows(x, gamma, beta, eps=1e-5):\n"
+                                       "    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)\n"
+                                       "    return (x - mean) / (torch.sqrt(var) + eps) * gamma + beta",
+        "calls F.layer_norm": "import torch.nn.functional as F\n"
+                              "def layer_norm_rows(x, gamma, beta, eps=1e-5):\n"
+                              "    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)",
+    },
+    "rms_norm_rows": {
+        "subtracts the mean (LayerNorm)": "def rms_norm_rows(x, gamma, eps=1e-6):\n"
+                                          "    c = x - x.mean(-1, keepdim=True)\n"
+                                          "    return c / torch.sqrt((c ** 2).mean(-1, keepdim=True) + eps) * gamma",
+        "no square root": "def rms_norm_rows(x, gamma, eps=1e-6):\n"
+                          "    return x / ((x ** 2).mean(-1, keepdim=True) + eps) * gamma",
+        "mean absolute value": "def rms_norm_rows(x, gamma, eps=1e-6):\n"
+                               "    return x / (x.abs().mean(-1, keepdim=True) + eps) * gamma",
+        "eps outside the square root": "def rms_norm_rows(x, gamma, eps=1e-6):\n"
+                                       "    return x / ((x ** 2).mean(-1, keepdim=True).sqrt() + eps) * gamma",
+        "calls torch's RMSNorm": "def rms_norm_rows(x, gamma, eps=1e-6):\n"
+                                 "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), gamma, eps)",
+    },
+}
+
+
+def test_every_exercise_has_known_wrong_answers():
+    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
+
+
+@pytest.mark.parametrize("exercise", list(MUTANTS))
+def test_reference_passes_its_check_and_hidden_tests(exercise):
+    result = outcome(SET, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
+def test_wrong_answer_fails_hidden_tests(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_wrong_answer_fails_visible_check(exercise, mutant):
+    # Answers that call a ready-made implementation compute the right numbers: only the hidden
+    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+

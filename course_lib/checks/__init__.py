@@ -7,9 +7,11 @@ came, names the likely bug when the answer matches a known mistake, and ends wit
 
 from __future__ import annotations
 
+import builtins
+import dis
 import inspect
 from types import CodeType
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -44,30 +46,42 @@ def passed(name: str) -> None:
     print(f"{name}: passed")
 
 
-def _names_used(code: CodeType) -> set[str]:
-    names = set(code.co_names)
+def _code_objects(code: CodeType) -> Iterator[CodeType]:
+    yield code
     for const in code.co_consts:
         if isinstance(const, CodeType):
-            names |= _names_used(const)
-    return names
+            yield from _code_objects(const)
 
 
-def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden_objects: Iterable[object] = ()) -> None:
+def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden_objects: Iterable[object] = (),
+                    _seen: set | None = None) -> None:
     """Fail if `fn` calls a ready-made implementation that the exercise asks the learner to write.
 
-    A name counts when `fn` (or a function nested in it) looks it up as an attribute, such as
-    `torch.softmax` or `x.softmax`, or when one of its globals is a forbidden object, such
-    as course_lib's own reference imported under another name. The learner's own helpers
-    with other names are fine.
+    Forbidden: an attribute lookup of a forbidden name (`torch.softmax`, `x.softmax`, `F.softmax`),
+    a global that is a forbidden object (course_lib's reference under any name), or a global of a
+    forbidden name that is not the learner's own function. The learner's own helper functions
+    (defined in the same notebook) are inspected the same way.
     """
     if not inspect.isfunction(fn):
         raise AssertionError(f"expected a function you wrote, got {type(fn).__name__}")
     forbidden_names, forbidden_objects = set(forbidden_names), list(forbidden_objects)
-    for name in _names_used(fn.__code__):
-        target = fn.__globals__.get(name)
-        if any(target is obj for obj in forbidden_objects):
-            raise AssertionError(f"{fn.__name__} calls the reference implementation `{name}`: this exercise asks "
-                                 "you to write it yourself, so it earns no credit")
-        if name in forbidden_names and not inspect.isfunction(target):
-            raise AssertionError(f"{fn.__name__} uses a ready-made `{name}`: this exercise asks you to write it "
-                                 "yourself, so it earns no credit")
+    seen = _seen if _seen is not None else set()
+    seen.add(fn)
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{fn.__name__} uses a ready-made `{name}`: this exercise asks you to write it "
+                             "yourself, so it earns no credit")
+
+    for code in _code_objects(fn.__code__):
+        for instruction in dis.get_instructions(code):
+            name = instruction.argval
+            if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and name in forbidden_names:
+                refuse(name)
+            if instruction.opname != "LOAD_GLOBAL":
+                continue
+            target = fn.__globals__.get(name, getattr(builtins, name, None))
+            own = inspect.isfunction(target) and target.__globals__ is fn.__globals__
+            if any(target is obj for obj in forbidden_objects) or (name in forbidden_names and not own):
+                refuse(name)
+            if own and target not in seen:
+                written_by_hand(target, forbidden_names, forbidden_objects, seen)
