@@ -6,12 +6,13 @@ the pieces the lesson permutes and measures:
 
     permute_tokens / inverse_permutation / random_permutation    reorder token rows
     linear, self_attention                                       projections with optional biases
-    encoder_block (+ EncoderBlockParams)                         a small single-head post-LN block
+    encoder_block, EncoderBlockParams, layer_norm                a small single-head post-LN block
+    norm_over_tokens                                             a norm that mixes tokens (still equivariant)
     sinusoidal_positions, causal_mask                            the two things that break the symmetry
-    equivariance_gap, match_rows                                 the measurements
+    equivariance_gap, match_rows, describe_gap                   the measurements
     bias_after_norm                                              what is left of a bias after BatchNorm / LayerNorm
 
-Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, F the FFN width;
+Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, d_ff the FFN width;
 a leading "..." means any batch dimensions. The encoder block here is only as much of a block
 as this lesson needs (one head, post-LN, ReLU FFN); lesson 09 builds the full one.
 """
@@ -160,7 +161,7 @@ def sinusoidal_positions(T: int, D: int, dtype: torch.dtype = torch.float32) -> 
 class EncoderBlockParams:
     """Weights of a single-head post-LN encoder block; matrices act on rows (x @ W).
 
-    w_q, w_k, w_v, w_o: (D, D); w_1: (D, F); w_2: (F, D); b_*: matching vectors or None;
+    w_q, w_k, w_v, w_o: (D, D); w_1: (D, d_ff); w_2: (d_ff, D); b_*: matching vectors or None;
     ln1_*, ln2_*: (D,) LayerNorm gain (weight) and shift (bias).
     """
 
@@ -183,11 +184,11 @@ class EncoderBlockParams:
     eps: float = 1e-5
 
     @classmethod
-    def random(cls, D: int, F: int, generator: torch.Generator | None = None,
+    def random(cls, D: int, d_ff: int, generator: torch.Generator | None = None,
                dtype: torch.dtype = torch.float32, bias: bool = True) -> "EncoderBlockParams":
         """Random weights at the scale nn.Linear uses (so activations stay near unit size)."""
-        if D < 1 or F < 1:
-            raise ValueError(f"need D >= 1 and F >= 1, got D={D}, F={F}")
+        if D < 1 or d_ff < 1:
+            raise ValueError(f"need D >= 1 and d_ff >= 1, got D={D}, d_ff={d_ff}")
 
         def mat(rows: int, cols: int) -> Tensor:
             return torch.randn(rows, cols, generator=generator, dtype=dtype) / math.sqrt(rows)
@@ -195,9 +196,9 @@ class EncoderBlockParams:
         def vec(n: int, scale: float = 0.5) -> Tensor:
             return torch.randn(n, generator=generator, dtype=dtype) * scale
 
-        return cls(w_q=mat(D, D), w_k=mat(D, D), w_v=mat(D, D), w_o=mat(D, D), w_1=mat(D, F), w_2=mat(F, D),
+        return cls(w_q=mat(D, D), w_k=mat(D, D), w_v=mat(D, D), w_o=mat(D, D), w_1=mat(D, d_ff), w_2=mat(d_ff, D),
                    ln1_weight=1 + vec(D, 0.1), ln1_bias=vec(D, 0.1), ln2_weight=1 + vec(D, 0.1), ln2_bias=vec(D, 0.1),
-                   **({"b_q": vec(D), "b_k": vec(D), "b_v": vec(D), "b_o": vec(D), "b_1": vec(F), "b_2": vec(D)}
+                   **({"b_q": vec(D), "b_k": vec(D), "b_v": vec(D), "b_o": vec(D), "b_1": vec(d_ff), "b_2": vec(D)}
                       if bias else {}))
 
     @classmethod
@@ -261,7 +262,7 @@ def encoder_block(x: Tensor, p: EncoderBlockParams, mask: Tensor | None = None,
         raise ValueError(f"x has shape {tuple(x.shape)} but the block's weights expect D={p.w_q.shape[0]} features")
     attended, _ = self_attention(x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, D)
     x = norm(x + linear(attended, p.w_o, p.b_o, "w_o"), p.ln1_weight, p.ln1_bias, p.eps)
-    hidden = torch.relu(linear(x, p.w_1, p.b_1, "w_1"))  # (..., T, F)
+    hidden = torch.relu(linear(x, p.w_1, p.b_1, "w_1"))  # (..., T, d_ff)
     return norm(x + linear(hidden, p.w_2, p.b_2, "w_2"), p.ln2_weight, p.ln2_bias, p.eps)  # (..., T, D)
 
 

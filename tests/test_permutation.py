@@ -392,7 +392,7 @@ def test_match_rows_rejects_different_shapes():
     (lambda: sinusoidal_positions(4, 5), ValueError, r"even D >= 2, got T=4, D=5"),
     (lambda: causal_mask(0), ValueError, r"T must be >= 1, got 0"),
     (lambda: random_permutation(0), ValueError, r"n must be >= 1, got 0"),
-    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D >= 1 and F >= 1, got D=0, F=4"),
+    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D >= 1 and d_ff >= 1, got D=0, d_ff=4"),
 ])
 def test_other_bad_arguments_are_named(call, error, match):
     with pytest.raises(error, match=match):
@@ -418,3 +418,116 @@ def test_permutation_widget_renders_fast_and_reports_equivariance():
     assert "not equivariant" in w.view.value
     assert not w.errors.outputs
     assert max(w.timings_ms) < 50
+
+
+# ---------------------------------------------------------------- exercise set 03: known-wrong answers
+
+from exercise_harness import exercise_names, outcome  # noqa: E402
+
+SET = "03_permutation"
+
+MUTANTS = {
+    "permute_rows": {
+        "inverse permutation": "def permute_rows(x, perm):\n    out = torch.empty_like(x)\n"
+                               "    out[..., perm, :] = x\n    return out",
+        "permutes the features": "def permute_rows(x, perm):\n    return x[..., perm]",
+        "indexes the first axis": "def permute_rows(x, perm):\n    return x[perm]",
+        "calls the course reference": "from course_lib.permutation import permute_tokens as reorder\n"
+                                      "def permute_rows(x, perm):\n    return reorder(x, perm)",
+    },
+    "equivariance_gap": {
+        "compares with the unpermuted output": "def equivariance_gap(f, x, perm):\n"
+                                               "    return float((f(permute_rows(x, perm)) - f(x)).abs().max())",
+        "inverse permutation on the output": "def equivariance_gap(f, x, perm):\n"
+                                             "    return float((f(permute_rows(x, perm)) - permute_rows(f(x), perm.argsort())).abs().max())",
+        "mean instead of max": "def equivariance_gap(f, x, perm):\n"
+                               "    return float((f(permute_rows(x, perm)) - permute_rows(f(x), perm)).abs().mean())",
+        "no absolute value": "def equivariance_gap(f, x, perm):\n"
+                             "    return float((f(permute_rows(x, perm)) - permute_rows(f(x), perm)).max())",
+        "calls the course reference": "from course_lib.permutation import equivariance_gap as gap\n"
+                                      "def equivariance_gap(f, x, perm):\n    return gap(f, x, perm)",
+    },
+    "biased_attention": {
+        "value bias forgotten": "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                                "    q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v\n"
+                                "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n    return w @ v, w",
+        "query bias forgotten": "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                                "    q, k, v = x @ w_q, x @ w_k + b_k, x @ w_v + b_v\n"
+                                "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n    return w @ v, w",
+        "no scale": "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                    "    q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v + b_v\n"
+                    "    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return w @ v, w",
+        "softmax over the queries": "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                                    "    q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v + b_v\n"
+                                    "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -2)\n    return w @ v, w",
+        "calls torch's attention": "import torch.nn.functional as F\n"
+                                   "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                                   "    q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v + b_v\n"
+                                   "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n"
+                                   "    return F.scaled_dot_product_attention(q, k, v), w",
+        "calls the course reference": "from course_lib.permutation import self_attention as sa\n"
+                                      "def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+                                      "    return sa(x, w_q, w_k, w_v, b_q, b_k, b_v)",
+    },
+    "same_multiset": {
+        "compares all numbers sorted": "def same_multiset(a, b, atol=1e-6):\n    if a.shape != b.shape: return False\n"
+                                       "    return torch.allclose(a.flatten().sort().values, b.flatten().sort().values, atol=atol)",
+        "compares row by row in order": "def same_multiset(a, b, atol=1e-6):\n"
+                                        "    return a.shape == b.shape and torch.allclose(a, b, atol=atol)",
+        "a set, not a multiset": "def same_multiset(a, b, atol=1e-6):\n    if a.shape != b.shape: return False\n"
+                                 "    return all(any(torch.allclose(r, s, atol=atol) for s in b) for r in a)",
+        "compares mean-pooled rows": "def same_multiset(a, b, atol=1e-6):\n"
+                                     "    return a.shape == b.shape and torch.allclose(a.mean(0), b.mean(0), atol=atol)",
+        "exact equality": "def same_multiset(a, b, atol=1e-6):\n    if a.shape != b.shape: return False\n"
+                          "    rows = [tuple(r.tolist()) for r in a]\n"
+                          "    return sorted(rows) == sorted(tuple(r.tolist()) for r in b)",
+        "calls the course reference": "from course_lib.permutation import match_rows as pair\n"
+                                      "def same_multiset(a, b, atol=1e-6):\n"
+                                      "    return a.shape == b.shape and pair(a, b, atol) is not None",
+    },
+    "bias_left_by_norm": {
+        "LayerNorm cancels the whole bias": "def bias_left_by_norm(b, norm):\n    return torch.zeros_like(b)",
+        "LayerNorm keeps the whole bias": "def bias_left_by_norm(b, norm):\n"
+                                          "    return torch.zeros_like(b) if norm == 'batch' else b.clone()",
+        "norms swapped": "def bias_left_by_norm(b, norm):\n"
+                         "    return torch.zeros_like(b) if norm == 'layer' else b - b.mean()",
+        "divides by the std too": "def bias_left_by_norm(b, norm):\n    if norm == 'batch': return torch.zeros_like(b)\n"
+                                  "    c = b - b.mean()\n    return c / c.pow(2).mean().sqrt()",
+        "calls the course reference": "from course_lib.permutation import bias_after_norm as left\n"
+                                      "def bias_left_by_norm(b, norm):\n    return left(b, norm)",
+    },
+}
+
+
+def test_every_exercise_has_known_wrong_answers():
+    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
+
+
+@pytest.mark.parametrize("exercise", list(MUTANTS))
+def test_reference_passes_its_check_and_hidden_tests(exercise):
+    result = outcome(SET, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
+def test_wrong_answer_fails_hidden_tests(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_wrong_answer_fails_visible_check(exercise, mutant):
+    # Answers that call a ready-made implementation compute the right numbers: only the hidden
+    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+
+
+def test_forgetting_the_key_bias_is_not_a_mistake():
+    # The lesson's point, seen from the grader: an answer without b_k gets the same numbers.
+    answer = ("def biased_attention(x, w_q, w_k, w_v, b_q, b_k, b_v):\n"
+              "    q, k, v = x @ w_q + b_q, x @ w_k, x @ w_v + b_v\n"
+              "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n    return w @ v, w")
+    result = outcome(SET, "biased_attention", answer)
+    assert result.check_passed and result.hidden_passed, result.messages

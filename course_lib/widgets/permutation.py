@@ -14,7 +14,7 @@ from ..plots import svg_bars, svg_heatmap
 from . import LiveView, row
 
 TOKENS = ["the", "dog", "bites", "the", "man"]
-D, F = 4, 8
+D, D_FF = 4, 8
 PERMUTATIONS = {
     "identity": [0, 1, 2, 3, 4],
     "swap dog and man": [0, 4, 2, 3, 1],
@@ -32,7 +32,7 @@ def _model(seed: int = 3) -> tuple[torch.Tensor, EncoderBlockParams]:
     vocab = sorted(set(TOKENS))
     embedding = torch.randn(len(vocab), D, generator=gen)
     x = embedding[torch.tensor([vocab.index(t) for t in TOKENS])]  # (T, D)
-    params = EncoderBlockParams.random(D, F, generator=gen)
+    params = EncoderBlockParams.random(D, D_FF, generator=gen)
     # Larger Q/K/V biases than the default so their effect is easy to see.
     return x, params.replace(b_q=params.b_q * 3, b_k=params.b_k * 3, b_v=params.b_v * 3)
 

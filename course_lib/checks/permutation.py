@@ -1,0 +1,166 @@
+"""Visible checks for exercise set 03 (permutation symmetry and biases)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..attention import attention_scores, softmax
+from ..permutation import bias_after_norm, inverse_permutation, self_attention
+from . import compare, passed
+
+# Tiny inputs the learner can follow by hand. PERM is not its own inverse, so using the
+# inverse by mistake shows up.
+X = torch.tensor([[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 3.0], [3.0, 1.0, 1.0, 0.0], [0.0, 2.0, 1.0, 1.0]])  # (T=4, D=4)
+XB = torch.arange(24, dtype=torch.float32).reshape(2, 4, 3)  # (B=2, T=4, D=3)
+PERM = torch.tensor([2, 0, 3, 1])
+W_Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, -1.0]])  # (D=4, d_k=2)
+W_K = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, -1.0], [0.5, 0.5]])
+W_V = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 1.0]])  # (D=4, d_v=3)
+B_Q, B_K, B_V = torch.tensor([1.0, -1.0]), torch.tensor([2.0, 0.5]), torch.tensor([10.0, 20.0, 30.0])
+BIAS = torch.tensor([1.0, 2.0, 6.0])
+
+
+def sums_with_all(x: Tensor) -> Tensor:
+    """Equivariant: each row plus the sum of all rows. (..., T, D) -> (..., T, D)."""
+    return 2 * x + x.sum(-2, keepdim=True)
+
+
+def running_sum(x: Tensor) -> Tensor:
+    """Not equivariant: row t is the sum of rows 0..t (a causal mask in miniature)."""
+    return x.cumsum(-2)
+
+
+def minus_last_row(x: Tensor) -> Tensor:
+    """Not equivariant: every row minus the row in the last slot."""
+    return x - x[..., -1:, :]
+
+
+def _call(label: str, fn: Callable, *args, hint: str = ""):
+    """Run the learner's function; turn an exception into a check failure that names it."""
+    try:
+        return fn(*args)
+    except Exception as error:  # the learner sees their own error, plus the likely cause
+        raise AssertionError(f"{label} raised {type(error).__name__}: {error}" + (f". Likely bug: {hint}" if hint else "")) from None
+
+
+def check_permute_rows(permute_rows: Callable) -> None:
+    got = _call("permute_rows(X, PERM)", permute_rows, X.clone(), PERM.clone())
+    compare("permute_rows(X, PERM)  (row i of the answer is row PERM[i] of X)", got, X[PERM], {
+        "you used the inverse permutation: row PERM[i] of the answer is row i of X, the wrong way round":
+            X[inverse_permutation(PERM)],
+        "you permuted the columns (features); permute the rows (tokens)": X[:, PERM],
+    })
+    got = _call("permute_rows(XB, PERM) with a batch dimension", permute_rows, XB.clone(), PERM.clone(),
+                hint="tokens are the second-to-last axis, x[..., perm, :], whatever the batch dimensions")
+    compare("permute_rows(XB, PERM), XB of shape (2, 4, 3): the batch stays, tokens move", got, XB[:, PERM])
+    passed("permute_rows")
+
+
+def _gap(f: Callable, x: Tensor, perm: Tensor, kind: str) -> float:
+    permuted, plain = f(x[..., perm, :]), f(x)
+    if kind == "invariance":
+        return float((permuted - plain).abs().max())
+    if kind == "inverse":
+        return float((permuted - plain[..., inverse_permutation(perm), :]).abs().max())
+    if kind == "mean":
+        return float((permuted - plain[..., perm, :]).abs().mean())
+    if kind == "signed":
+        return float((permuted - plain[..., perm, :]).max())
+    return float((permuted - plain[..., perm, :]).abs().max())
+
+
+def check_equivariance_gap(equivariance_gap: Callable) -> None:
+    functions = (sums_with_all, running_sum, minus_last_row)
+    got = []
+    for f in functions:
+        gap = _call(f"equivariance_gap({f.__name__}, X, PERM)", equivariance_gap, f, X.clone(), PERM.clone())
+        if not isinstance(gap, (float, int, Tensor)) or (isinstance(gap, Tensor) and gap.numel() != 1):
+            raise AssertionError(f"equivariance_gap must return one number, got {type(gap).__name__}")
+        got.append(float(gap))
+
+    def gaps(kind: str) -> Tensor:
+        return torch.tensor([_gap(f, X, PERM, kind) for f in functions])
+
+    compare("[equivariance_gap(f, X, PERM) for f in (sums_with_all, running_sum, minus_last_row)]\n"
+            "  (the first f is equivariant, the other two are not)", torch.tensor(got), gaps(""), {
+                "you compared f(permuted x) with f(x) itself; compare with permute(f(x))": gaps("invariance"),
+                "you permuted f(x) with the inverse permutation": gaps("inverse"),
+                "you took the mean of the differences; the gap is the largest one": gaps("mean"),
+                "you forgot the absolute value": gaps("signed"),
+            })
+    passed("equivariance_gap")
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None, dim: int = -1) -> tuple[Tensor, Tensor]:
+    weights = softmax(attention_scores(q, k, scale), dim=dim)
+    return weights @ v, weights
+
+
+def check_biased_attention(biased_attention: Callable) -> None:
+    # float64, so that the expected and the learner's numbers agree to every printed digit
+    x, w_q, w_k, w_v, b_q, b_k, b_v = (t.double() for t in (X, W_Q, W_K, W_V, B_Q, B_K, B_V))
+    got = _call("biased_attention(X, W_Q, W_K, W_V, B_Q, B_K, B_V)", biased_attention,
+                x.clone(), w_q.clone(), w_k.clone(), w_v.clone(), b_q.clone(), b_k.clone(), b_v.clone())
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise AssertionError(f"biased_attention must return (output, weights), got {type(got).__name__}")
+    out, weights = got
+    ref_out, ref_weights = self_attention(x, w_q, w_k, w_v, b_q, b_k, b_v)
+    q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v + b_v
+    compare("weights of biased_attention(...)", weights, ref_weights, {
+        "the query bias is missing (it is the one bias that changes the weights)":
+            self_attention(x, w_q, w_k, w_v, None, b_k, b_v)[1],
+        "did you divide the scores by sqrt(d_k)? d_k = 2 here": _attention(q, k, v, scale=1.0)[1],
+        "softmax over the wrong axis: each row (one query, all keys) must sum to 1": _attention(q, k, v, dim=-2)[1],
+    })
+    compare("output of biased_attention(...)", out, ref_out, {
+        "the value bias is missing: every output row should be B_V = [10, 20, 30] higher":
+            self_attention(x, w_q, w_k, w_v, b_q, b_k, None)[0],
+    })
+    passed("biased_attention")
+
+
+# (a, b, atol, expected answer, the likely bug if the answer is the other one)
+MULTISET_CASES = [
+    (X, X[PERM], 1e-6, True, "the same rows in another order are the same multiset"),
+    (X, X[PERM] + 1e-9, 1e-6, True, "compare within atol (torch.allclose), not with =="),
+    (torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[2.0, 1.0], [4.0, 3.0]]), 1e-6, False,
+     "you compared all numbers sorted together; rows must match as whole rows"),
+    (torch.tensor([[1.0, 0.0], [1.0, 0.0], [2.0, 2.0]]), torch.tensor([[1.0, 0.0], [2.0, 2.0], [2.0, 2.0]]), 1e-6, False,
+     "each row of b may be used once: [1, 0] appears twice in a but once in b"),
+    (torch.tensor([[0.0, 0.0], [2.0, 2.0]]), torch.tensor([[1.0, 1.0], [1.0, 1.0]]), 1e-6, False,
+     "equal means (mean-pooled rows) do not make equal multisets"),
+    (X, X[:3], 1e-6, False, "a and b have different numbers of rows"),
+]
+
+
+def check_same_multiset(same_multiset: Callable) -> None:
+    for index, (a, b, atol, expected, bug) in enumerate(MULTISET_CASES):
+        got = _call(f"same_multiset(case {index})", same_multiset, a.clone(), b.clone(), atol)
+        print(f"case {index}: a = {a.tolist()}, b = {[[round(v, 4) for v in r] for r in b.tolist()]}\n"
+              f"  expected: {expected}\n  got:      {got!r}")
+        if not isinstance(got, (bool, Tensor)) or (isinstance(got, Tensor) and got.numel() != 1):
+            raise AssertionError(f"same_multiset must return True or False, got {type(got).__name__}")
+        if bool(got) != expected:
+            raise AssertionError(f"same_multiset case {index}: expected {expected}. Likely bug: {bug}")
+    passed("same_multiset")
+
+
+def check_bias_left_by_norm(bias_left_by_norm: Callable) -> None:
+    layer = BIAS - BIAS.mean()
+    got = _call('bias_left_by_norm(BIAS, "batch")', bias_left_by_norm, BIAS.clone(), "batch")
+    compare('bias_left_by_norm(BIAS, "batch")  (BIAS = [1, 2, 6])', got, bias_after_norm(BIAS, "batch"), {
+        "BatchNorm subtracts each feature's mean over the batch, and the bias is the same for every "
+        "example: all of it cancels": layer,
+        "BatchNorm cancels the bias completely (return zeros)": BIAS,
+    })
+    got = _call('bias_left_by_norm(BIAS, "layer")', bias_left_by_norm, BIAS.clone(), "layer")
+    compare('bias_left_by_norm(BIAS, "layer")', got, bias_after_norm(BIAS, "layer"), {
+        "LayerNorm removes only the mean of the bias over the features, not all of it": torch.zeros(3),
+        "LayerNorm subtracts each row's mean over the features, so mean(b) is removed": BIAS,
+        "LayerNorm divides the whole row xW + b by its std, not the bias alone: what survives is b - mean(b)":
+            layer / layer.std(unbiased=False),
+    })
+    passed("bias_left_by_norm")
