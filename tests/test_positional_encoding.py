@@ -12,6 +12,7 @@ from course_lib.positional_encoding import (
     LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TinyPositionModel, alibi_bias, alibi_slopes,
     apply_rope, block_rotation, causal_mask, frequencies, previous_token_accuracy, shift_matrix,
     sinusoidal_dot, sinusoidal_encoding, train_previous_token, wavelength)
+from exercise_harness import exercise_names, outcome
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -369,6 +370,14 @@ def test_other_bad_arguments():
         frequencies(8, base=-1.0)
     with pytest.raises(ValueError, match=r"tokens must have 2 dimensions, got shape \(4,\)"):
         TinyPositionModel(5, 8, "none")(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"tokens must be ids in 0..4, got values from 0 to 7 in tokens of shape \(1, 3\)"):
+        TinyPositionModel(5, 8, "none")(torch.tensor([[0, 7, 2]]))
+    with pytest.raises(TypeError, match="tokens must be integer ids, got dtype torch.float32"):
+        TinyPositionModel(5, 8, "none")(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="d_model must be an even number >= 2 .*got d_model=7"):
+        TinyPositionModel(5, 7, "rope")
+    with pytest.raises(ValueError, match=r"pair index j=4 is out of range: d_model=8 has pairs 0..3"):
+        wavelength(8, 4)
 
 
 # ---------------------------------------------------------------- widgets
@@ -391,3 +400,104 @@ def test_widgets_render_every_setting_quickly():
         assert not live.errors.outputs
         assert "<svg" in live.view.value
         assert sorted(live.timings_ms)[len(live.timings_ms) // 2] < 20  # median redraw, generous for CI
+
+
+# ---------------------------------------------------------------- exercise set 04: known-wrong answers
+
+SET = "04_positional_encoding"
+
+MUTANTS = {
+    "sinusoidal_table": {
+        "sin and cos swapped": "def sinusoidal_table(n_positions, d_model):\n"
+                               "    a = torch.arange(n_positions)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)\n"
+                               "    return torch.stack([a.cos(), a.sin()], -1).reshape(n_positions, d_model).float()",
+        "sines first, then cosines": "def sinusoidal_table(n_positions, d_model):\n"
+                                     "    a = torch.arange(n_positions)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)\n"
+                                     "    return torch.cat([a.sin(), a.cos()], -1).float()",
+        "exponent from the coordinate index": "def sinusoidal_table(n_positions, d_model):\n"
+                                              "    i = torch.arange(d_model)\n"
+                                              "    a = torch.arange(n_positions)[:, None] / 10000 ** (i / d_model)\n"
+                                              "    return torch.where(i % 2 == 0, a.sin(), a.cos()).float()",
+        "calls the course reference": "from course_lib.positional_encoding import sinusoidal_encoding as pe\n"
+                                      "def sinusoidal_table(n_positions, d_model):\n    return pe(n_positions, d_model)",
+    },
+    "offset_rotation": {
+        "turns the wrong way": "def offset_rotation(k, d_model):\n    m = torch.zeros(d_model, d_model)\n"
+                               "    for j in range(d_model // 2):\n        b = k * 10000 ** (-2 * j / d_model)\n"
+                               "        m[2*j:2*j+2, 2*j:2*j+2] = torch.tensor([[math.cos(b), -math.sin(b)], [math.sin(b), math.cos(b)]])\n"
+                               "    return m",
+        "forgot to multiply by k": "def offset_rotation(k, d_model):\n    m = torch.zeros(d_model, d_model)\n"
+                                   "    for j in range(d_model // 2):\n        b = 10000 ** (-2 * j / d_model)\n"
+                                   "        m[2*j:2*j+2, 2*j:2*j+2] = torch.tensor([[math.cos(b), math.sin(b)], [-math.sin(b), math.cos(b)]])\n"
+                                   "    return m",
+        "one frequency for every pair": "def offset_rotation(k, d_model):\n    m = torch.zeros(d_model, d_model)\n"
+                                        "    for j in range(d_model // 2):\n        b = k\n"
+                                        "        m[2*j:2*j+2, 2*j:2*j+2] = torch.tensor([[math.cos(b), math.sin(b)], [-math.sin(b), math.cos(b)]])\n"
+                                        "    return m",
+        "calls the course reference": "from course_lib import positional_encoding as lib\n"
+                                      "def offset_rotation(k, d_model):\n    return lib.shift_matrix(k, d_model)",
+    },
+    "rope_rotate": {
+        "turns by -m c_j": "def rope_rotate(x):\n    T, d = x.shape[-2:]\n"
+                           "    th = -torch.arange(T)[:, None] * 10000 ** (-torch.arange(0, d, 2) / d)\n"
+                           "    e, o = x[..., 0::2], x[..., 1::2]\n"
+                           "    return torch.stack([e * th.cos() - o * th.sin(), e * th.sin() + o * th.cos()], -1).flatten(-2)",
+        "pairs (x_j, x_j+d/2)": "def rope_rotate(x):\n    T, d = x.shape[-2:]\n"
+                                "    th = torch.arange(T)[:, None] * 10000 ** (-torch.arange(0, d, 2) / d)\n"
+                                "    e, o = x[..., :d // 2], x[..., d // 2:]\n"
+                                "    return torch.cat([e * th.cos() - o * th.sin(), e * th.sin() + o * th.cos()], -1)",
+        "positions start at 1": "def rope_rotate(x):\n    T, d = x.shape[-2:]\n"
+                                "    th = torch.arange(1, T + 1)[:, None] * 10000 ** (-torch.arange(0, d, 2) / d)\n"
+                                "    e, o = x[..., 0::2], x[..., 1::2]\n"
+                                "    return torch.stack([e * th.cos() - o * th.sin(), e * th.sin() + o * th.cos()], -1).flatten(-2)",
+        "calls the course reference": "from course_lib.positional_encoding import apply_rope\n"
+                                      "def rope_rotate(x):\n    return apply_rope(x)",
+    },
+    "add_learned_positions": {
+        "no length check": "def add_learned_positions(x, table):\n    return x + table[:x.shape[-2]]",
+        "positions wrap around": "def add_learned_positions(x, table):\n"
+                                 "    return x + table[torch.arange(x.shape[-2]) % table.shape[0]]",
+        "row 0 at every position": "def add_learned_positions(x, table):\n"
+                                   "    if x.shape[-2] > table.shape[0]:\n"
+                                   "        raise ValueError(f'length {x.shape[-2]} > {table.shape[0]} rows')\n"
+                                   "    return x + table[0]",
+        "message without the numbers": "def add_learned_positions(x, table):\n"
+                                       "    if x.shape[-2] > table.shape[0]:\n        raise ValueError('sequence too long')\n"
+                                       "    return x + table[:x.shape[-2]]",
+        "calls the course reference": "from course_lib.positional_encoding import LearnedPositionalEmbedding as L\n"
+                                      "def add_learned_positions(x, table):\n    m = L(table.shape[0], table.shape[1])\n"
+                                      "    m.table.weight.data = table\n    return m(x).detach()",
+    },
+}
+
+
+def test_every_exercise_has_known_wrong_answers():
+    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
+
+
+@pytest.mark.parametrize("exercise", list(MUTANTS))
+def test_reference_passes_its_check_and_hidden_tests(exercise):
+    result = outcome(SET, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
+def test_wrong_answer_fails_hidden_tests(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_wrong_answer_fails_visible_check(exercise, mutant):
+    # Answers that call a ready-made implementation compute the right numbers: only the hidden
+    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith(("calls", "message"))])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages

@@ -52,7 +52,8 @@ def offset_widget() -> LiveView:
             f"this band adds {part[at]:.2f}.<br>"
             f"Pair j = {j}: c<sub>j</sub> = {c:.4g} rad per position, wavelength {2 * math.pi / c:.4g} positions; "
             f"over k = {k:+d} it turns by {turn:+.1f}&deg; ({turn % 360:.0f}&deg; mod 360). "
-            f"Arrows: pair j at t = {ANCHOR} and {ANCHOR}&plusmn;k, drawn with x = PE[2j+1] = cos, y = PE[2j] = sin.</p>")
+            f"Arrows: pair j at t = {ANCHOR} and {ANCHOR}&plusmn;k, "
+            f"drawn with x = PE[2j+1] = cos, y = PE[2j] = sin.</p>")
         # the band gets its own panel: on the shared axis a slow band is a flat line
         return readout + row(
             svg_curve(offsets, {"all pairs": total}, marker_x=k, x_label="offset k",
@@ -65,7 +66,7 @@ def offset_widget() -> LiveView:
     return LiveView({
         "k": widgets.IntSlider(value=5, min=-MAX_OFFSET, max=MAX_OFFSET, description="offset k"),
         "d": widgets.SelectionSlider(options=D_CHOICES, value=64, description="width d"),
-        "band": widgets.Dropdown(options=BANDS, value=BANDS[0], description="band"),
+        "band": widgets.Dropdown(options=BANDS, value=BANDS[1], description="band"),
     }, render)
 
 
@@ -103,7 +104,8 @@ def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
         readout = (f"<p>score q<sub>{m}</sub>&middot;k<sub>{n}</sub> = <b>{table[m, n]:+.3f}</b>, "
                    f"q<sub>{n}</sub>&middot;k<sub>{m}</sub> = {table[n, m]:+.3f} (offset n-m = {n - m:+d}). "
                    f"Largest spread along any diagonal: {diagonal_spread:.1e}; "
-                   f"largest |score(m,n) - score(n,m)|: {asym:.3f}. Arrows: the first pair of q<sub>{m}</sub> and k<sub>{n}</sub>.</p>")
+                   f"largest |score(m,n) - score(n,m)|: {asym:.3f}. "
+                   f"Arrows: the first pair of q<sub>{m}</sub> and k<sub>{n}</sub>.</p>")
         return readout + row(
             svg_heatmap(table, labels, labels, f"q_m . k_n, key content turned {angle:+d} deg",
                         cell=38, highlight_row=m),

@@ -1,0 +1,153 @@
+"""Visible checks for exercise set 04 (position encodings)."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..positional_encoding import apply_rope, frequencies, shift_matrix, sinusoidal_encoding
+from . import compare, passed
+
+# Tiny inputs the learner can follow by hand.
+X_ROPE = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0]])  # (T=3, d=4)
+X_SEQ = torch.arange(12, dtype=torch.float32).reshape(2, 3, 2)  # (B=2, T=3, D=2)
+TABLE = torch.tensor([[100.0, 200.0], [300.0, 400.0], [500.0, 600.0]])  # (max_len=3, D=2)
+
+
+def _call(label: str, fn: Callable, *args, hint: str = ""):
+    """Run the learner's function; turn an exception into a check failure that names it."""
+    try:
+        return fn(*args)
+    except Exception as error:  # the learner sees their own error, plus the likely cause
+        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
+                             + (f". Likely bug: {hint}" if hint else "")) from None
+
+
+def _table_with(n_positions: int, d_model: int, layout: str = "interleaved", swap: bool = False,
+                per_coordinate: bool = False, multiplied: bool = False) -> Tensor:
+    """Sinusoidal tables with the usual mistakes, for naming them."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    if multiplied:  # pos * 10000^(2j/d): the frequencies grow instead of shrinking
+        angles = pos / frequencies(d_model)
+        return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).float()
+    if per_coordinate:  # exponent i/d with i the coordinate index: right for sin, wrong for cos
+        freq = 10000.0 ** (-torch.arange(d_model, dtype=torch.float64) / d_model)
+        angles = pos * freq
+        table = torch.where(torch.arange(d_model) % 2 == 0, angles.sin(), angles.cos())
+        return table.float()
+    angles = pos * frequencies(d_model)
+    first, second = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
+    if layout == "halves":
+        return torch.cat([first, second], -1).float()
+    return torch.stack([first, second], -1).flatten(-2).float()
+
+
+def check_sinusoidal_table(sinusoidal_table: Callable) -> None:
+    got = _call("sinusoidal_table(4, 6)", sinusoidal_table, 4, 6)
+    compare("sinusoidal_table(4, 6)  (rows: positions 0..3; columns: sin0, cos0, sin1, cos1, sin2, cos2)",
+            got, sinusoidal_encoding(4, 6), {
+                "sin and cos swapped: coordinate 2j is sin, 2j+1 is cos (row 0 must be 0, 1, 0, 1, 0, 1)":
+                    _table_with(4, 6, swap=True),
+                "all sines first, then all cosines: interleave them, sin0, cos0, sin1, cos1, ...":
+                    _table_with(4, 6, layout="halves"),
+                "the exponent uses the coordinate index i; both coordinates of pair j use 2j/d":
+                    _table_with(4, 6, per_coordinate=True),
+                "multiplied by 10000^(2j/d) instead of dividing by it": _table_with(4, 6, multiplied=True),
+            })
+    passed("sinusoidal_table")
+
+
+def check_offset_rotation(offset_rotation: Callable) -> None:
+    got = _call("offset_rotation(2, 4)", offset_rotation, 2, 4)
+    want = shift_matrix(2, 4)
+    one_speed = torch.block_diag(*[shift_matrix(2, 2)] * 2)
+    forgot_k = shift_matrix(1, 4)
+    compare("offset_rotation(2, 4)  (a 4 x 4 matrix of two 2 x 2 blocks)", got, want, {
+        "the rotation turns the wrong way: this is M_(-k); PE(pos+k, 2j) = sin a cos b + cos a sin b": want.T,
+        "every block uses the angle of pair 0; block j turns by c_j * k": one_speed,
+        "the angle is c_j, not c_j * k: did you forget to multiply by k?": forgot_k,
+    })
+    table = sinusoidal_encoding(12, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 4, 8])
+    got = _call("offset_rotation(3, 8)", offset_rotation, 3, 8)
+    if not isinstance(got, Tensor) or got.shape != (8, 8):
+        raise AssertionError(f"offset_rotation(3, 8) must return an (8, 8) tensor, got {type(got).__name__} "
+                             f"of shape {tuple(getattr(got, 'shape', ()))}")
+    moved = table[pos] @ got.to(torch.float64).T  # row-wise M_3 @ PE(pos)
+    compare("offset_rotation(3, 8) @ PE(pos) for pos = 0, 4, 8, against PE(pos + 3)", moved, table[pos + 3], {
+        "turns the wrong way: you produced PE(pos - 3)": table[pos] @ shift_matrix(-3, 8).T,
+    })
+    passed("offset_rotation")
+
+
+def _rope_half_split(x: Tensor) -> Tensor:
+    """The GPT-NeoX layout: pair j is (x_j, x_(j + d/2)) instead of (x_2j, x_2j+1)."""
+    d = x.shape[-1]
+    interleaved = torch.stack([x[..., : d // 2], x[..., d // 2:]], -1).flatten(-2)
+    turned = apply_rope(interleaved)
+    return torch.cat([turned[..., 0::2], turned[..., 1::2]], -1)
+
+
+def check_rope_rotate(rope_rotate: Callable) -> None:
+    got = _call("rope_rotate(X_ROPE)", rope_rotate, X_ROPE.clone())
+    want = apply_rope(X_ROPE)
+    compare("rope_rotate(X_ROPE)  (X_ROPE: rows at positions 0, 1, 2; d = 4)", got, want, {
+        "rotated by -m c_j instead of +m c_j: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)":
+            _rope_with(X_ROPE, sign=-1.0),
+        "positions start at 0: the first row must come out unchanged": apply_rope(X_ROPE, torch.arange(1, 4)),
+        "pairs are (x_2j, x_2j+1), next to each other, not (x_j, x_j+d/2)": _rope_half_split(X_ROPE),
+        "every pair turns at c_0 = 1; pair j turns at c_j = 10000^(-2j/d)": _rope_with(X_ROPE, one_speed=True),
+    })
+    batch = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6) / 10
+    got = _call("rope_rotate on a batch of shape (2, 5, 6)", rope_rotate, batch.clone(),
+                hint="positions are the second-to-last axis; any leading dimensions are batch")
+    compare("rope_rotate(batch) for a batch of shape (2, 5, 6), row 1 of the first sequence", got[0, 1]
+            if isinstance(got, Tensor) and got.shape == batch.shape else got, apply_rope(batch)[0, 1])
+    passed("rope_rotate")
+
+
+def _rope_with(x: Tensor, sign: float = 1.0, one_speed: bool = False) -> Tensor:
+    """RoPE with a wrong sign of the angle, or with every pair at frequency c_0 = 1."""
+    d = x.shape[-1]
+    freqs = torch.ones(d // 2, dtype=torch.float64) if one_speed else frequencies(d)
+    angles = sign * torch.arange(x.shape[-2], dtype=torch.float64)[:, None] * freqs  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
+
+
+def check_add_learned_positions(add_learned_positions: Callable) -> None:
+    got = _call("add_learned_positions(X_SEQ, TABLE)", add_learned_positions, X_SEQ.clone(), TABLE.clone())
+    compare("add_learned_positions(X_SEQ, TABLE)  (X_SEQ: (2, 3, 2), TABLE: 3 rows)", got, X_SEQ + TABLE, {
+        "every position got row 0 of the table; position t gets row t": X_SEQ + TABLE[0],
+        "added along the wrong axis: the batch axis got the rows": X_SEQ + TABLE[:2, None, :],
+    })
+    short = X_SEQ[:, :2]
+    got = _call("add_learned_positions(X_SEQ[:, :2], TABLE)", add_learned_positions, short.clone(), TABLE.clone(),
+                hint="a sequence shorter than the table uses its first T rows, TABLE[:T]")
+    compare("add_learned_positions on 2 positions with a 3-row table", got, short + TABLE[:2], {
+        "used the last rows of the table; position t gets row t": short + TABLE[1:],
+    })
+    long = torch.zeros(1, 5, 2)
+    print("add_learned_positions(a sequence of 5 positions, TABLE of 3 rows)\n"
+          "  expected: ValueError whose message contains 5 (the length) and 3 (the rows)")
+    try:
+        result = add_learned_positions(long, TABLE.clone())
+    except ValueError as error:
+        print(f"  got:      ValueError: {error}")
+        numbers = set(re.findall(r"\d+", str(error)))
+        if not {"5", "3"} <= numbers:
+            raise AssertionError("the ValueError must name the sequence length (5) and the table's rows (3), "
+                                 f"got the message {str(error)!r}") from None
+    except Exception as error:
+        print(f"  got:      {type(error).__name__}: {error}")
+        raise AssertionError(f"got {type(error).__name__} instead of ValueError. Likely bug: no length check, so the "
+                             "error comes from deep inside torch; compare T with the table's rows first") from None
+    else:
+        print(f"  got:      no error, a result of shape {tuple(getattr(result, 'shape', ()))}")
+        raise AssertionError("a sequence longer than the table was accepted. Likely bug: positions wrapped "
+                             "around (t % max_len) or rows reused; there is no row for position 3 or 4") from None
+    passed("add_learned_positions")
