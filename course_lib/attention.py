@@ -195,11 +195,11 @@ def train_alignment(x: Tensor, w_q: Tensor, w_k: Tensor, query: int, key: int,
     w_q = w_q.detach().clone().requires_grad_(True)
     w_k = w_k.detach().clone().requires_grad_(True)
     before = attention_scores(x @ w_q, x @ w_k).detach()
-    optimizer = torch.optim.SGD([w_q, w_k], lr=lr)
     for _ in range(steps):
         scores = attention_scores(x @ w_q, x @ w_k)  # (T, T)
         loss = -torch.log_softmax(scores[query], dim=-1)[key]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        grad_q, grad_k = torch.autograd.grad(loss, [w_q, w_k])
+        with torch.no_grad():  # plain gradient descent, written out
+            w_q -= lr * grad_q
+            w_k -= lr * grad_k
     return before, attention_scores(x @ w_q, x @ w_k).detach()
