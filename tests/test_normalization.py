@@ -325,7 +325,7 @@ def test_module_rejects_a_dtype_mismatch_before_touching_its_buffers():
 
 # ---------------------------------------------------------------- widget
 
-def test_normalization_widget_renders_every_setting_fast_and_without_errors():
+def test_normalization_widget_renders_every_setting_without_errors():
     from course_lib.widgets.normalization import normalization_widget
 
     view = normalization_widget()

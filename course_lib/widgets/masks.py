@@ -85,14 +85,15 @@ def mask_explorer_widget() -> LiveView:
     tokens = {"source": SOURCE, "target": TARGET}
     lengths = {"source": SOURCE_LENGTHS, "target": TARGET_LENGTHS}
     layer = matching_layer(source.shape[-1])
-    torch.manual_seed(0)
-    scorer = AdditiveScorer(source.shape[-1], source.shape[-1], d_hidden=16)
-    # Fit the MLP scorer to the dot-product weights of all three uses (no mask), so the two scorers
-    # can be compared on the same sentences; the masks are applied afterwards, the same way for both.
-    pairs = [(embedded[a], embedded[b]) for a, b in KINDS.values()]
-    for _ in range(2):
-        for q, k in pairs:
-            fit_additive_scorer(scorer, q, k, layer(q, k)[1], steps=60)
+    # One MLP scorer per use, fitted to the dot-product weights of that use (no mask), so the two
+    # scorers can be compared on the same sentences; the masks are applied afterwards, the same way.
+    scorers = {}
+    with torch.random.fork_rng():  # seed the scorers' initial weights without touching the caller's generator
+        torch.manual_seed(0)
+        for kind, (query_side, key_side) in KINDS.items():
+            q, k = embedded[query_side], embedded[key_side]
+            scorers[kind] = AdditiveScorer(q.shape[-1], k.shape[-1], d_hidden=16)
+            fit_additive_scorer(scorers[kind], q, k, layer(q, k)[1], steps=60)
 
     table: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
     with torch.no_grad():
@@ -101,7 +102,7 @@ def mask_explorer_widget() -> LiveView:
             for mask_name in MASKS:
                 mask = _mask_for(kind, mask_name, q.shape[1], k.shape[1], lengths[key_side])
                 table[(kind, "dot product", mask_name)] = (layer(q, k, mask=mask)[1].numpy(), mask.numpy())
-                table[(kind, "additive (MLP)", mask_name)] = (additive_attention(scorer, q, k, k, mask)[1].numpy(),
+                table[(kind, "additive (MLP)", mask_name)] = (additive_attention(scorers[kind], q, k, k, mask)[1].numpy(),
                                                               mask.numpy())
 
     def render(kind: str, scorer: str, mask: str, pair: int, query: int) -> str:
