@@ -1,4 +1,8 @@
-"""Lesson 02 widget: pick the attention use, the scorer and the mask, move a query; the weights follow."""
+"""Lesson 02 widget: pick the attention use, the scorer and the mask, move a query; the weights follow.
+
+A "score scale" slider multiplies the scores before the softmax: at 0 every allowed key gets the
+same weight, and the masked ones still get exactly 0, whatever the scores were.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
-                     causal_mask, combine_masks, fit_additive_scorer, matching_layer, padding_mask,
-                     toy_translation_batch)
+from ..attention import attention_scores, softmax
+from ..masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, causal_mask, combine_masks,
+                     fit_additive_scorer, matching_layer, padding_mask, toy_translation_batch)
 from ..plots import POSITIVE, svg_bars
 from . import LiveView, row
 
@@ -22,6 +26,9 @@ KINDS = {
 }
 SCORERS = ["dot product", "additive (MLP)"]
 MASKS = ["none", "padding", "causal", "padding + causal"]
+# Scores are multiplied by a factor from 0 (every allowed key weighs the same) to 4 (nearly one-hot).
+SCALE_STEP = 0.05
+SCALES = [round(i * SCALE_STEP, 2) for i in range(81)]
 
 
 def svg_masked_heatmap(weights: np.ndarray, allowed: np.ndarray, row_labels: Sequence[str],
@@ -79,7 +86,7 @@ def _mask_for(kind: str, mask_name: str, rows: int, cols: int, lengths: list[int
 
 
 def mask_explorer_widget() -> LiveView:
-    """Choose the attention use, scorer, sentence pair and mask; move the query; weights update."""
+    """Choose the attention use, scorer, sentence pair, mask and score scale; move the query; weights update."""
     source, target = toy_translation_batch()  # (B, n, D), (B, m, D)
     embedded = {"source": source, "target": target}
     tokens = {"source": SOURCE, "target": TARGET}
@@ -95,20 +102,25 @@ def mask_explorer_widget() -> LiveView:
             scorers[kind] = AdditiveScorer(q.shape[-1], k.shape[-1], d_hidden=16)
             fit_additive_scorer(scorers[kind], q, k, layer(q, k)[1], steps=60)
 
+    # Every weight matrix the controls can ask for, computed now: for each use, scorer and mask, the
+    # softmax of (score scale) x scores at each scale on the slider. render() only looks them up.
+    scales = torch.arange(len(SCALES), dtype=torch.float32) * SCALE_STEP  # (N,)
     table: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
     with torch.no_grad():
         for kind, (query_side, key_side) in KINDS.items():
             q, k = embedded[query_side], embedded[key_side]
+            raw = {"dot product": attention_scores(layer.query(q), layer.key(k)),  # (B, rows, cols)
+                   "additive (MLP)": scorers[kind](q, k)}
             for mask_name in MASKS:
-                mask = _mask_for(kind, mask_name, q.shape[1], k.shape[1], lengths[key_side])
-                table[(kind, "dot product", mask_name)] = (layer(q, k, mask=mask)[1].numpy(), mask.numpy())
-                table[(kind, "additive (MLP)", mask_name)] = (additive_attention(scorers[kind], q, k, k, mask)[1].numpy(),
-                                                              mask.numpy())
+                mask = _mask_for(kind, mask_name, q.shape[1], k.shape[1], lengths[key_side])  # (B, rows, cols)
+                for scorer_name, scores in raw.items():
+                    scaled = (scales[:, None, None, None] * scores).masked_fill(~mask, float("-inf"))  # (N, B, rows, cols)
+                    table[(kind, scorer_name, mask_name)] = (softmax(scaled).numpy(), mask.numpy())
 
-    def render(kind: str, scorer: str, mask: str, pair: int, query: int) -> str:
+    def render(kind: str, scorer: str, mask: str, pair: int, scale: float, query: int) -> str:
         query_side, key_side = KINDS[kind]
         weights, allowed = table[(kind, scorer, mask)]
-        weights, allowed = weights[pair], allowed[pair]  # (rows, cols)
+        weights, allowed = weights[int(round(scale / SCALE_STEP)), pair], allowed[pair]  # (rows, cols)
         query = min(query, weights.shape[0] - 1)  # the source has one position fewer than the target
         rows, cols = tokens[query_side][pair], tokens[key_side][pair]
         kept = int(allowed[query].sum())
@@ -116,19 +128,25 @@ def mask_explorer_widget() -> LiveView:
                 "decoding starts, so only the padding part applies.</i>"
                 if kind.startswith("cross") and "causal" in mask else "")
         readout = (f"<p>query <b>{escape(rows[query])}</b> (position {query}) may attend to {kept} of {len(cols)} keys; "
-                   f"its weights sum to <b>{weights[query].sum():.2f}</b>, masked weights are exactly "
-                   f"{weights[query][~allowed[query]].max(initial=0.0):.0f}. Score matrix: "
-                   f"{len(rows)} x {len(cols)}.{note}</p>")
+                   f"its weights sum to <b>{weights[query].sum():.2f}</b>; the largest masked weight is "
+                   f"<b>{weights[query][~allowed[query]].max(initial=0.0):g}</b>. Score matrix: "
+                   f"{len(rows)} x {len(cols)}, scores multiplied by {scale:.2f}.{note}</p>")
         return readout + row(
             svg_masked_heatmap(weights, allowed, rows, cols, f"{kind}, {scorer}", highlight_row=query,
                                row_axis=f"query ({query_side})", col_axis=f"key ({key_side})"),
             svg_bars(weights[query].tolist(), cols, f"weights of '{rows[query]}'", limit=1.0, fmt="{:.2f}"))
 
-    return LiveView({
-        "kind": widgets.Dropdown(options=list(KINDS), value="decoder masked self-attention", description="use"),
-        "scorer": widgets.Dropdown(options=SCORERS, value="dot product", description="scorer"),
-        "mask": widgets.Dropdown(options=MASKS, value="padding + causal", description="mask"),
+    wide = widgets.Layout(width="300px")
+    live = LiveView({
+        "kind": widgets.Dropdown(options=list(KINDS), value="decoder masked self-attention", description="use",
+                                 layout=wide),
+        "scorer": widgets.Dropdown(options=SCORERS, value="dot product", description="scorer", layout=wide),
+        "mask": widgets.Dropdown(options=MASKS, value="padding + causal", description="mask", layout=wide),
         "pair": widgets.Dropdown(options=[(" ".join(s), i) for i, s in enumerate(SOURCE)], value=1,
-                                 description="sentence"),
-        "query": widgets.IntSlider(value=2, min=0, max=len(TARGET[0]) - 1, description="query pos."),
+                                 description="sentence", layout=wide),
+        "scale": widgets.FloatSlider(value=1.0, min=0.0, max=SCALES[-1], step=SCALE_STEP, description="score scale",
+                                     layout=wide),
+        "query": widgets.IntSlider(value=2, min=0, max=len(TARGET[0]) - 1, description="query pos.", layout=wide),
     }, render)
+    live.box.children[0].layout = widgets.Layout(flex_flow="row wrap")  # six controls: wrap onto two lines
+    return live

@@ -1,0 +1,552 @@
+"""Lesson 02: course_lib.masks against torch's own attention, its input checks, and exercise set 02's checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.attention import scaled_dot_product_attention
+from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, Attention,
+                              additive_attention, additive_mask, attention_with_bias, causal_mask, combine_masks,
+                              cross_attention, decoder_self_attention, encoder_self_attention, fit_additive_scorer,
+                              future_perturbation, influence_matrix, matching_layer, operations_per_score,
+                              padding_mask, prefix_outputs, seconds_per_score, to_multihead_attention,
+                              to_torch_mha_mask, toy_embedding, toy_translation_batch, train_next_token)
+from exercise_harness import exercise_names, outcome
+
+DTYPES = [torch.float32, torch.float64]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def random_qkv(gen, batch, t, s, d_k, d_v, dtype):
+    return (torch.randn(*batch, t, d_k, generator=gen, dtype=dtype),
+            torch.randn(*batch, s, d_k, generator=gen, dtype=dtype),
+            torch.randn(*batch, s, d_v, generator=gen, dtype=dtype))
+
+
+def random_mask(gen, shape):
+    """A random boolean mask with key 0 allowed in every row (no fully masked rows)."""
+    mask = torch.rand(*shape, generator=gen) > 0.5
+    mask[..., 0] = True
+    return mask
+
+
+def seeded_layer(d_model, dtype=torch.float32, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    layer = Attention(d_model, **kwargs).to(dtype)
+    with torch.no_grad():  # weights drawn in `dtype`, so a float32 copy somewhere would lose digits
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, dtype=dtype) / d_model ** 0.5)
+    return layer
+
+
+# ------------------------------------------------------------------ masks against torch's scaled_dot_product_attention
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch,t,s", [((), 5, 5), ((2,), 3, 7), ((2, 3), 6, 6), ((1,), 7, 3)])
+def test_causal_mask_matches_torch_is_causal(batch, t, s, dtype):
+    q, k, v = random_qkv(torch.Generator().manual_seed(t * 10 + s), batch, t, s, 8, 4, dtype)
+    ours, _ = scaled_dot_product_attention(q, k, v, causal_mask(t, s))
+    assert torch.allclose(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=TOL[dtype])
+
+
+def test_causal_mask_is_lower_triangular_including_the_diagonal():
+    mask = causal_mask(4, 6)
+    assert mask.shape == (4, 6) and mask.dtype == torch.bool
+    assert all(bool(mask[t, s]) == (s <= t) for t in range(4) for s in range(6))
+    assert causal_mask(3).shape == (3, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", [(2, 3, 6, 6), (2, 1, 6, 6), (1, 1, 1, 6), (6, 6)])
+def test_boolean_mask_uses_torch_sdpa_convention(mask_shape, dtype):
+    gen = torch.Generator().manual_seed(len(mask_shape))
+    q, k, v = random_qkv(gen, (2, 3), 6, 6, 8, 4, dtype)
+    mask = random_mask(gen, mask_shape)
+    ours, weights = scaled_dot_product_attention(q, k, v, mask)
+    # Same convention (True = may attend): the mask goes to torch unchanged.
+    assert torch.allclose(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=TOL[dtype])
+    assert (weights[~mask.expand_as(weights)] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_additive_mask_matches_torch_float_attn_mask(dtype):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = random_qkv(gen, (2,), 5, 7, 8, 3, dtype)
+    mask = random_mask(gen, (2, 5, 7))
+    ours, _ = attention_with_bias(q, k, v, additive_mask(mask, dtype))
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask(mask, dtype))
+    assert torch.allclose(ours, theirs, atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_additive_and_boolean_forms_give_identical_weights(dtype):
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = random_qkv(gen, (3,), 6, 6, 8, 2, dtype)
+    mask = random_mask(gen, (3, 6, 6))
+    assert torch.equal(attention_with_bias(q, k, v, additive_mask(mask, dtype))[1],
+                       scaled_dot_product_attention(q, k, v, mask)[1])
+
+
+def test_fully_masked_row_is_zeros_as_torch_sdpa_gives_and_never_nan():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = random_qkv(gen, (2,), 4, 4, 8, 3, torch.float32)
+    mask = combine_masks(causal_mask(4), padding_mask([2, 4], 4, side="left"))  # sentence 0: queries 0, 1 see nothing
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.equal(out[0, :2], torch.zeros(2, 3)) and torch.equal(weights[0, :2], torch.zeros(2, 4))
+    assert not torch.isnan(out).any()
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
+    out_add, _ = attention_with_bias(q, k, v, additive_mask(mask))
+    assert torch.equal(out_add[0, :2], torch.zeros(2, 3))
+
+
+def test_torch_multihead_attention_gives_nan_where_we_give_zeros():
+    layer = seeded_layer(8)
+    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(6))
+    pad = padding_mask([2, 4], 4, side="left")
+    with torch.no_grad():
+        ours, _ = layer(x, mask=combine_masks(causal_mask(4), pad))
+        theirs, _ = to_multihead_attention(layer)(x, x, x, attn_mask=to_torch_mha_mask(causal_mask(4)),
+                                                  key_padding_mask=to_torch_mha_mask(pad[:, 0]))
+    assert torch.isnan(theirs[0, :2]).all() and not torch.isnan(ours).any()
+    assert torch.allclose(ours[:, 2:], theirs[:, 2:], atol=1e-6)
+
+
+# ------------------------------------------------------------------ nn.MultiheadAttention: True = NOT allowed
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("which", ["causal", "padding", "both"])
+def test_layer_matches_multihead_attention_after_inverting_masks(which, bias, dtype):
+    layer = seeded_layer(8, dtype, bias=bias)
+    mha = to_multihead_attention(layer)
+    x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(7), dtype=dtype)
+    causal, pad = causal_mask(5), padding_mask([2, 5, 4], 5)  # ours: True = may attend
+    ours_mask = {"causal": causal, "padding": pad, "both": combine_masks(causal, pad)}[which]
+    # The conversion: torch's MHA reads a boolean True as "may NOT attend", so both masks are inverted,
+    # and the (B, 1, S) padding mask loses its query axis to become a (B, S) key_padding_mask.
+    attn_mask = to_torch_mha_mask(causal) if which != "padding" else None
+    key_padding_mask = to_torch_mha_mask(pad[:, 0]) if which != "causal" else None
+    if attn_mask is not None:
+        assert torch.equal(attn_mask, ~causal)
+    if key_padding_mask is not None:
+        assert torch.equal(key_padding_mask, ~pad[:, 0]) and key_padding_mask.shape == (3, 5)
+    with torch.no_grad():
+        ours, our_weights = layer(x, mask=ours_mask)
+        theirs, their_weights = mha(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
+    assert torch.allclose(ours, theirs, atol=TOL[dtype])
+    assert torch.allclose(our_weights, their_weights, atol=TOL[dtype])
+
+
+def test_masks_passed_to_multihead_attention_without_inverting_pick_the_forbidden_keys():
+    layer = seeded_layer(8)
+    x = torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(8))
+    causal = causal_mask(5)
+    with torch.no_grad():
+        ours, _ = layer(x, mask=causal)
+        _, wrong_weights = to_multihead_attention(layer)(x, x, x, attn_mask=causal)  # forgot to invert
+    finite = ~torch.isnan(wrong_weights).any(-1)
+    assert (wrong_weights[finite] * causal.expand_as(wrong_weights)[finite]).sum() == 0  # only future keys
+    assert torch.isnan(wrong_weights[0, -1]).all()  # the last query has no future key at all
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_attention_matches_multihead_attention_with_key_padding_mask(dtype):
+    layer = seeded_layer(6, dtype)
+    gen = torch.Generator().manual_seed(9)
+    target, source = torch.randn(2, 5, 6, generator=gen, dtype=dtype), torch.randn(2, 3, 6, generator=gen, dtype=dtype)
+    with torch.no_grad():
+        ours, weights = cross_attention(layer, target, source, [2, 3])
+        theirs, _ = to_multihead_attention(layer)(target, source, source,
+                                                  key_padding_mask=to_torch_mha_mask(padding_mask([2, 3], 3)[:, 0]))
+    assert weights.shape == (2, 5, 3)  # m x n
+    assert torch.allclose(ours, theirs, atol=TOL[dtype])
+
+
+def test_to_torch_mha_mask_is_logical_not():
+    mask = random_mask(torch.Generator().manual_seed(10), (2, 4, 4))
+    assert torch.equal(to_torch_mha_mask(mask), ~mask)
+
+
+# ------------------------------------------------------------------ building and combining masks
+
+def test_padding_mask_right_and_left():
+    right, left = padding_mask([2, 4, 0], 4), padding_mask(torch.tensor([2, 4, 0]), 4, side="left")
+    assert right.shape == left.shape == (3, 1, 4)
+    assert right[:, 0].int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    assert left[:, 0].int().tolist() == [[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]]
+
+
+def test_combined_mask_is_the_and_of_its_parts_per_sentence():
+    both = combine_masks(causal_mask(4), padding_mask([2, 4], 4))
+    assert both.shape == (2, 4, 4)
+    for b, n in enumerate([2, 4]):
+        expected = torch.tensor([[s <= t and s < n for s in range(4)] for t in range(4)])
+        assert torch.equal(both[b], expected)
+
+
+def test_additive_masks_combine_by_addition():
+    gen = torch.Generator().manual_seed(11)
+    a, b = random_mask(gen, (2, 5, 5)), random_mask(gen, (5, 5))
+    assert torch.equal(additive_mask(a & b), additive_mask(a) + additive_mask(b))
+    assert set(additive_mask(a).unique().tolist()) <= {0.0, -math.inf}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_weights_are_exactly_zero_and_rows_renormalize(dtype):
+    gen = torch.Generator().manual_seed(12)
+    q, k, v = random_qkv(gen, (2,), 6, 6, 8, 3, dtype)
+    mask = random_mask(gen, (2, 6, 6))
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert (weights[~mask] == 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 6, dtype=dtype), atol=TOL[dtype])
+
+
+# ------------------------------------------------------------------ causality: perturbation, gradient, prefixes
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_layer_ignores_future_perturbations_and_open_layer_does_not(dtype):
+    layer = seeded_layer(8, dtype)
+    x = torch.randn(7, 8, generator=torch.Generator().manual_seed(13), dtype=dtype)
+    causal = future_perturbation(lambda x: layer(x, mask=causal_mask(len(x)))[0], x)
+    open_ = future_perturbation(lambda x: layer(x)[0], x)
+    assert causal.shape == (7,) and (causal == 0).all()
+    assert (open_[:-1] > 1e-4).all() and open_[-1] == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_influence_matrix_is_exactly_lower_triangular_for_a_causal_layer(dtype):
+    layer = seeded_layer(6, dtype)
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(14), dtype=dtype)
+    fn = lambda x: layer(x, mask=causal_mask(len(x)))[0]
+    influence = influence_matrix(fn, x)
+    assert (influence.triu(1) == 0).all() and (influence.tril() > 0).sum() == 15
+    # one entry against a direct autograd computation
+    x_leaf = x.clone().requires_grad_(True)
+    rows = [torch.autograd.grad(fn(x_leaf)[3, c], x_leaf)[0][1] for c in range(6)]
+    assert torch.isclose(influence[3, 1], torch.stack(rows).norm(), atol=TOL[dtype])
+    upper = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    assert (influence_matrix(lambda x: layer(x)[0], x)[upper] > 0).all()  # without the mask the future reaches back
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T", [1, 4, 9])
+def test_one_causal_pass_equals_each_prefix_separately(T, dtype):
+    layer = seeded_layer(8, dtype)
+    x = torch.randn(T, 8, generator=torch.Generator().manual_seed(T), dtype=dtype)
+    with torch.no_grad():
+        fn = lambda x: layer(x, mask=causal_mask(len(x)))[0]
+        assert torch.allclose(fn(x), prefix_outputs(fn, x), atol=TOL[dtype])
+        if T > 1:
+            open_fn = lambda x: layer(x)[0]
+            assert not torch.allclose(open_fn(x), prefix_outputs(open_fn, x), atol=1e-3)
+
+
+# ------------------------------------------------------------------ the three uses on the toy translation pair
+
+def test_three_uses_have_the_right_shapes_and_masks():
+    source, target = toy_translation_batch()
+    layer = matching_layer(source.shape[-1])
+    _, enc_w = encoder_self_attention(layer, source, SOURCE_LENGTHS)
+    dec_out, dec_w = decoder_self_attention(layer, target, TARGET_LENGTHS)
+    _, crs_w = cross_attention(layer, dec_out, source, SOURCE_LENGTHS)
+    n, m = len(SOURCE[0]), len(TARGET[0])
+    assert enc_w.shape == (2, n, n) and dec_w.shape == (2, m, m) and crs_w.shape == (2, m, n)
+    assert (dec_w.triu(1) == 0).all()  # causal
+    assert (enc_w[1, :, 3] == 0).all() and (crs_w[1, :, 3] == 0).all() and (dec_w[1, :, 4] == 0).all()  # padding
+    assert (crs_w[0, 1:] > 0).all()  # cross-attention sees the whole source
+    assert [SOURCE[0][j] for j in crs_w[0, 1:].argmax(-1)] == ["the", "cat", "black", "sleeps"]
+
+
+def test_unpadded_uses_need_no_lengths():
+    source, target = toy_translation_batch()
+    layer = matching_layer(source.shape[-1])
+    assert (encoder_self_attention(layer, source)[1] > 0).all()
+    assert decoder_self_attention(layer, target)[1].shape == (2, 5, 5)
+
+
+def test_toy_embeddings_share_the_meaning_coordinate():
+    assert toy_embedding("cat", "EN") @ toy_embedding("chat", "FR") == 1
+    assert toy_embedding("cat", "EN") @ toy_embedding("noir", "FR") == 0
+    assert toy_embedding("cat", "EN") @ toy_embedding("black", "EN") == 1
+
+
+# ------------------------------------------------------------------ additive (Bahdanau) attention
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_additive_scorer_is_the_mlp_of_each_pair(dtype):
+    torch.manual_seed(15)
+    scorer = AdditiveScorer(d_q=5, d_k=3, d_hidden=7).to(dtype)
+    gen = torch.Generator().manual_seed(15)
+    q, k = torch.randn(2, 4, 5, generator=gen, dtype=dtype), torch.randn(2, 6, 3, generator=gen, dtype=dtype)
+    with torch.no_grad():
+        scores = scorer(q, k)
+        w_q, w_k, b_k, w = scorer.query.weight, scorer.key.weight, scorer.key.bias, scorer.w.weight[0]
+        loop = torch.tensor([[[float(w @ torch.tanh(w_q @ q[b, t] + w_k @ k[b, s] + b_k)) for s in range(6)]
+                              for t in range(4)] for b in range(2)], dtype=dtype)
+    assert scores.shape == (2, 4, 6) and torch.allclose(scores, loop, atol=TOL[dtype])
+
+
+def test_additive_attention_is_row_stochastic_and_masked():
+    torch.manual_seed(16)
+    scorer = AdditiveScorer(4, 4, 8)
+    gen = torch.Generator().manual_seed(16)
+    q, k, v = random_qkv(gen, (2,), 5, 6, 4, 3, torch.float32)
+    mask = combine_masks(causal_mask(5, 6), padding_mask([3, 6], 6))
+    with torch.no_grad():
+        out, weights = additive_attention(scorer, q, k, v, mask)
+    assert (weights >= 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 5))
+    assert (weights[~mask] == 0).all() and torch.allclose(out, weights @ v)
+
+
+def test_additive_scorer_can_learn_the_dot_product_alignment():
+    source, target = toy_translation_batch()
+    layer = matching_layer(source.shape[-1])
+    _, crs_w = cross_attention(layer, target, source, SOURCE_LENGTHS)
+    torch.manual_seed(0)
+    scorer = AdditiveScorer(source.shape[-1], source.shape[-1], 16)
+    mask = padding_mask(SOURCE_LENGTHS, 4)
+    fit_additive_scorer(scorer, target, source, crs_w, mask, steps=100)
+    with torch.no_grad():
+        _, add_w = additive_attention(scorer, target, source, source, mask)
+    assert (add_w - crs_w).abs().max() < 0.02
+
+
+def test_operation_counts_per_score():
+    assert operations_per_score("dot", 64) == {"multiply-adds": 64, "additions": 0, "tanh": 0}
+    assert sum(operations_per_score("additive", 64, 64).values()) == 3 * 64
+
+
+def test_seconds_per_score_is_positive():
+    q = torch.randn(8, 4)
+    assert seconds_per_score(lambda a, b: a @ b.T, q, q, repeats=2) > 0
+
+
+# ------------------------------------------------------------------ break it: a decoder without its mask
+
+def test_decoder_without_mask_cheats_in_training_and_fails_at_generation():
+    honest, cheat = train_next_token(True, steps=100), train_next_token(False, steps=100)
+    assert abs(honest["train_loss"] - math.log(8)) < 0.05
+    assert honest["teacher_forcing_accuracy"] == honest["generation_accuracy"]  # causal: both views agree
+    assert cheat["train_loss"] < 1.0 and cheat["teacher_forcing_accuracy"] > 0.8
+    assert cheat["generation_accuracy"] < 0.2
+
+
+# ------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True])
+def test_causal_mask_rejects_bad_lengths(bad):
+    with pytest.raises(ValueError, match=f"T must be a non-negative int, got {bad!r}"):
+        causal_mask(bad)
+
+
+def test_padding_mask_rejects_lengths_longer_than_s():
+    with pytest.raises(ValueError, match=r"lengths \[5, 2\] must each be at most S=4"):
+        padding_mask([5, 2], 4)
+
+
+def test_padding_mask_rejects_negative_and_float_lengths():
+    with pytest.raises(ValueError, match="each length must be a non-negative int, got -1"):
+        padding_mask([3, -1], 4)
+    with pytest.raises(TypeError, match=r"lengths must be a 1-D integer tensor, got dtype torch.float32 and shape \(2,\)"):
+        padding_mask(torch.tensor([3.0, 1.0]), 4)
+
+
+def test_padding_mask_rejects_unknown_side():
+    with pytest.raises(ValueError, match="side must be 'right' or 'left', got 'middle'"):
+        padding_mask([1], 2, side="middle")
+
+
+def test_combine_masks_rejects_float_masks_and_bad_shapes():
+    with pytest.raises(TypeError, match=r"masks\[1\] must be boolean .* torch.float32"):
+        combine_masks(causal_mask(3), torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"masks\[0..0\] combined of shape \(3, 3\) does not broadcast with masks\[1\] of shape \(2, 4\)"):
+        combine_masks(causal_mask(3), torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="at least one mask"):
+        combine_masks()
+
+
+def test_additive_mask_and_torch_conversion_reject_non_boolean_masks():
+    with pytest.raises(TypeError, match="mask must be a boolean tensor .* torch.int64"):
+        additive_mask(torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match="mask must be a boolean tensor, got dtype torch.float32"):
+        to_torch_mha_mask(torch.zeros(2, 2))
+
+
+def test_attention_with_bias_rejects_boolean_and_misshapen_bias():
+    q = torch.randn(3, 4)
+    with pytest.raises(TypeError, match="bias must be a floating-point tensor, got dtype torch.bool"):
+        attention_with_bias(q, q, q, causal_mask(3))
+    with pytest.raises(ValueError, match=r"bias of shape \(4, 3\) does not broadcast with scores of shape \(3, 3\)"):
+        attention_with_bias(q, q, q, torch.zeros(4, 3))
+
+
+def test_attention_layer_rejects_wrong_widths_naming_the_shape():
+    layer = Attention(8, d_memory=6)
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 5, 7\)"):
+        layer(torch.randn(2, 5, 7), torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match=r"memory must have last dimension 6, got shape \(2, 3, 8\)"):
+        layer(torch.randn(2, 5, 8), torch.randn(2, 3, 8))
+
+
+def test_attention_layer_rejects_a_mask_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* scores of shape \(2, 5, 5\)"):
+        Attention(8)(torch.randn(2, 5, 8), mask=causal_mask(4))
+
+
+def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
+    layer = Attention(4)
+    with pytest.raises(ValueError, match=r"target \(2, 5, 4\) and source \(3, 3, 4\) need the same batch size"):
+        cross_attention(layer, torch.randn(2, 5, 4), torch.randn(3, 3, 4))
+    with pytest.raises(ValueError, match=r"target must have 3 dimensions, got shape \(5, 4\)"):
+        decoder_self_attention(layer, torch.randn(5, 4))
+
+
+def test_to_multihead_attention_needs_equal_widths():
+    with pytest.raises(ValueError, match=r"d_k = d_v = d_memory = d_model = 8, got d_k, d_v, d_memory = \(4, 8, 8\)"):
+        to_multihead_attention(Attention(8, d_k=4))
+
+
+def test_additive_scorer_rejects_wrong_widths_and_batches():
+    scorer = AdditiveScorer(5, 3, 4)
+    with pytest.raises(ValueError, match=r"k must have last dimension 3, got shape \(6, 5\)"):
+        scorer(torch.randn(4, 5), torch.randn(6, 5))
+    with pytest.raises(ValueError, match=r"\(2,\) does not broadcast with k's batch dimensions of shape \(3,\)"):
+        scorer(torch.randn(2, 4, 5), torch.randn(3, 6, 3))
+
+
+def test_additive_attention_rejects_mismatched_values_and_float_masks():
+    scorer = AdditiveScorer(4, 4, 4)
+    q = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"k has shape \(3, 4\), v has shape \(5, 2\)"):
+        additive_attention(scorer, q, q, torch.randn(5, 2))
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        additive_attention(scorer, q, q, q, torch.zeros(3, 3))
+
+
+def test_causality_helpers_want_one_sequence():
+    with pytest.raises(ValueError, match=r"x must have 2 dimensions, got shape \(2, 3, 4\)"):
+        future_perturbation(lambda x: x, torch.randn(2, 3, 4))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        prefix_outputs(lambda x: x, torch.ones(3, 4, dtype=torch.long))
+
+
+def test_other_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="kind must be 'dot' or 'additive', got 'cosine'"):
+        operations_per_score("cosine", 4)
+    with pytest.raises(ValueError, match="need steps >= 1, vocab >= 2 and T >= 2, got steps=0"):
+        train_next_token(True, steps=0)
+    with pytest.raises(ValueError, match="unknown word 'chien' or language 'DE'"):
+        toy_embedding("chien", "DE")
+    with pytest.raises(ValueError, match="sharpness must be positive, got -1.0"):
+        matching_layer(4, sharpness=-1)
+
+
+# ------------------------------------------------------------------ exercise set 02: the checks are tested too
+
+SET = "02_masks"
+_CROSS = ("def cross_attend(target, source, w_q, w_k, w_v, source_lengths):\n"
+          "    q, k, v = {q} @ w_q, {kv} @ w_k, {kv} @ w_v\n"
+          "    scores = q @ k.transpose(-2, -1){scale}\n"
+          "    weights = masked_softmax(scores, {mask})\n"
+          "    return weights @ v, weights")
+_PAD = "padding(source_lengths, source.shape[1])"
+MUTANTS = {
+    "causal": {
+        "diagonal excluded": "def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)",
+        "upper triangle": "def causal(T):\n    return torch.ones(T, T, dtype=torch.bool).triu()",
+        "float 0/1 instead of bool": "def causal(T):\n    return torch.ones(T, T).tril()",
+        "calls the course reference": "from course_lib.masks import causal_mask as cm\n"
+                                      "def causal(T):\n    return cm(T)",
+    },
+    "padding": {
+        "no query axis": "def padding(lengths, S):\n    return torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]",
+        "off by one": "def padding(lengths, S):\n    return (torch.arange(S)[None, :] <= torch.tensor(lengths)[:, None])[:, None, :]",
+        "inverted": "def padding(lengths, S):\n    return (torch.arange(S)[None, :] >= torch.tensor(lengths)[:, None])[:, None, :]",
+        "calls the course reference": "import course_lib.masks as M\n"
+                                      "def padding(lengths, S):\n    return M.padding_mask(lengths, S)",
+    },
+    "masked_softmax": {
+        "NaN on fully masked rows": "def masked_softmax(scores, mask):\n"
+                                    "    return torch.softmax(scores.masked_fill(~mask, -math.inf), -1)",
+        "mask applied after softmax": "def masked_softmax(scores, mask):\n    return torch.softmax(scores, -1) * mask",
+        "-1e9 instead of -inf": "def masked_softmax(scores, mask):\n"
+                                "    return torch.softmax(scores.masked_fill(~mask, -1e9), -1)",
+        "inverted mask": "def masked_softmax(scores, mask):\n"
+                         "    return torch.softmax(scores.masked_fill(mask, -math.inf), -1).nan_to_num(0.0)",
+        "calls the course reference": "from course_lib.attention import softmax as sm\n"
+                                      "def masked_softmax(scores, mask):\n"
+                                      "    return sm(scores.masked_fill(~mask, -math.inf))",
+    },
+    "additive_scores": {
+        "no tanh": "def additive_scores(q, k, w_q, w_k, w):\n"
+                   "    return ((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :]) @ w",
+        "tanh after the dot product with w": "def additive_scores(q, k, w_q, w_k, w):\n"
+                                             "    return torch.tanh(((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :]) @ w)",
+        "rows and columns swapped": "def additive_scores(q, k, w_q, w_k, w):\n"
+                                    "    return (torch.tanh((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :]) @ w)"
+                                    ".transpose(-2, -1)",
+        "calls the course reference": "from course_lib.checks.masks import reference_additive_scores as r\n"
+                                      "def additive_scores(q, k, w_q, w_k, w):\n    return r(q, k, w_q, w_k, w)",
+    },
+    "cross_attend": {
+        "causal mask in cross-attention": _CROSS.format(
+            q="target", kv="source", scale=" / math.sqrt(q.shape[-1])",
+            mask=f"{_PAD} & torch.ones(target.shape[1], source.shape[1], dtype=torch.bool).tril()"),
+        "no padding mask": _CROSS.format(q="target", kv="source", scale=" / math.sqrt(q.shape[-1])",
+                                         mask="torch.ones_like(scores, dtype=torch.bool)"),
+        "queries from the source": _CROSS.format(q="source", kv="target", scale=" / math.sqrt(q.shape[-1])",
+                                                 mask="padding(source_lengths, target.shape[1])"),
+        "no scale": _CROSS.format(q="target", kv="source", scale="", mask=_PAD),
+        "calls torch's attention": "import torch.nn.functional as F\n"
+                                   "def cross_attend(target, source, w_q, w_k, w_v, source_lengths):\n"
+                                   "    q, k, v = target @ w_q, source @ w_k, source @ w_v\n"
+                                   f"    keep = {_PAD}\n"
+                                   "    weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), keep)\n"
+                                   "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), weights",
+    },
+}
+
+
+def test_every_exercise_has_known_wrong_answers():
+    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
+
+
+@pytest.mark.parametrize("exercise", list(MUTANTS))
+def test_reference_passes_its_check_and_hidden_tests(exercise):
+    result = outcome(SET, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
+def test_wrong_answer_fails_hidden_tests(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_wrong_answer_fails_visible_check(exercise, mutant):
+    # Answers that call a ready-made implementation compute the right numbers: only the hidden
+    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("exercise,mutant,hint", [
+    ("causal", "diagonal excluded", "diagonal is excluded"),
+    ("padding", "no query axis", "query axis is missing"),
+    ("padding", "off by one", "off by one"),
+    ("masked_softmax", "NaN on fully masked rows", "NaN"),
+    ("masked_softmax", "-1e9 instead of -inf", "-1e9"),
+    ("additive_scores", "no tanh", "no tanh"),
+    ("additive_scores", "rows and columns swapped", "rows and columns swapped"),
+    ("cross_attend", "causal mask in cross-attention", "causal mask in cross-attention"),
+    ("cross_attend", "queries from the source", "queries and keys swapped"),
+])
+def test_visible_check_names_the_likely_bug(exercise, mutant, hint):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any(hint in message for message in result.messages), result.messages
