@@ -6,15 +6,16 @@ the pieces the lesson permutes and measures:
 
     permute_tokens / inverse_permutation / random_permutation    reorder token rows
     linear, self_attention                                       projections with optional biases
-    encoder_block, EncoderBlockParams, layer_norm                a small single-head post-LN block
+    encoder_block, EncoderBlockParams                            a small single-head post-LN block
     norm_over_tokens                                             a norm that mixes tokens (still equivariant)
-    sinusoidal_positions, causal_mask                            the two things that break the symmetry
     equivariance_gap, match_rows, describe_gap                   the measurements
     bias_after_norm                                              what is left of a bias after BatchNorm / LayerNorm
 
 Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, d_ff the FFN width;
 a leading "..." means any batch dimensions. The encoder block here is only as much of a block
 as this lesson needs (one head, post-LN, ReLU FFN); lesson 09 builds the full one.
+What breaks the symmetry comes from the lessons that own it: masks.causal_mask (02) and
+positional_encoding.sinusoidal_encoding (04); the block's norm is normalization.layer_norm (05).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import require_float, require_rank, require_tensor
 from .attention import scaled_dot_product_attention
+# The pieces other lessons own, used here as they are:
+from .masks import causal_mask  # lesson 02
+from .normalization import layer_norm  # lesson 05
+from .positional_encoding import sinusoidal_encoding  # lesson 04
 
 # ---------------------------------------------------------------- permutations
 
@@ -132,28 +136,6 @@ def self_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, b_q: Tensor
     return scaled_dot_product_attention(q, k, v, mask=mask)
 
 
-def causal_mask(T: int) -> Tensor:
-    """(T, T) bool, True on and below the diagonal: position t may attend to positions <= t."""
-    if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}")
-    return torch.ones(T, T, dtype=torch.bool).tril()
-
-
-def sinusoidal_positions(T: int, D: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The original paper's position table: (T, D), PE[t, 2i] = sin(t / 10000^(2i/D)), PE[t, 2i+1] = cos(...).
-
-    Lesson 04 studies it; here it is only the thing that ties a row to its slot.
-    """
-    if T < 1 or D < 2 or D % 2:
-        raise ValueError(f"need T >= 1 and an even D >= 2, got T={T}, D={D}")
-    position = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
-    frequency = torch.exp(-math.log(10000.0) * torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
-    table = torch.empty(T, D, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency)
-    return table.to(dtype)  # (T, D)
-
-
 # ---------------------------------------------------------------- a small encoder block
 
 
@@ -226,11 +208,6 @@ class EncoderBlockParams:
         if unknown:
             raise ValueError(f"EncoderBlockParams has no field(s) {sorted(unknown)}")
         return EncoderBlockParams(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})
-
-
-def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """LayerNorm over the last (feature) axis: each token row is normalized on its own. (..., D) -> (..., D)."""
-    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
 def norm_over_tokens(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:

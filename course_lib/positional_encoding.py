@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from ._checks import require_float, require_positive, require_rank, require_tensor
 from .attention import attention_scores, softmax
+from .masks import causal_mask
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
 
@@ -221,11 +222,6 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- a tiny model to train
-
-def causal_mask(length: int) -> Tensor:
-    """(T, T) boolean, True where key s <= query t (True = may attend)."""
-    return torch.ones(length, length, dtype=torch.bool).tril()
-
 
 class TinyPositionModel(nn.Module):
     """Token embedding, one causal attention head, a linear read-out; `position` picks the encoding.

@@ -28,6 +28,18 @@ def notebooks(args: list[str]) -> list[Path]:
     return found
 
 
+def merge_streams(outputs: list) -> list:
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if (output.output_type == "stream" and previous is not None and previous.output_type == "stream"
+                and previous.name == output.name):
+            previous.text += output.text
+        else:
+            merged.append(output)
+    return merged
+
+
 def execute(path: Path, timeout: int = 120) -> float:
     """Run one notebook in place and return its wall-clock seconds."""
     nb = nbformat.read(path, as_version=4)
@@ -37,6 +49,9 @@ def execute(path: Path, timeout: int = 120) -> float:
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
+    for cell in nb.cells:  # one stdout block per cell, however the kernel happened to flush it
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
     nbformat.write(nb, path)
     return seconds
 

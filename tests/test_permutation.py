@@ -8,10 +8,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.attention import scaled_dot_product_attention, softmax
-from course_lib.permutation import (EncoderBlockParams, bias_after_norm, causal_mask, check_permutation,
-                                    encoder_block, equivariance_gap, inverse_permutation, layer_norm, linear,
-                                    match_rows, norm_over_tokens, permutation_matrix, permute_tokens,
-                                    random_permutation, self_attention, sinusoidal_positions)
+from course_lib.masks import causal_mask
+from course_lib.normalization import layer_norm
+from course_lib.permutation import (EncoderBlockParams, bias_after_norm, check_permutation, encoder_block,
+                                    equivariance_gap, inverse_permutation, linear, match_rows, norm_over_tokens,
+                                    permutation_matrix, permute_tokens, random_permutation, self_attention)
+from course_lib.positional_encoding import sinusoidal_encoding
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -210,7 +212,7 @@ def test_torch_layer_with_causal_mask_or_positions_is_not_equivariant(seed):
     perm = non_identity_permutation(T, gen(seed))
     with torch.no_grad():
         assert equivariance_gap(lambda t: layer(t, src_mask=~causal_mask(T)), x, perm) > 1e-3
-        assert equivariance_gap(lambda t: layer(t + sinusoidal_positions(T, D, torch.float64)), x, perm) > 1e-3
+        assert equivariance_gap(lambda t: layer(t + sinusoidal_encoding(T, D, dtype=torch.float64)), x, perm) > 1e-3
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -246,7 +248,7 @@ def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
     x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
     perm = non_identity_permutation(T, g)
     assert equivariance_gap(lambda t: encoder_block(t, p, causal_mask(T)), x, perm) > 1e-3
-    pe = sinusoidal_positions(T, D, torch.float64)
+    pe = sinusoidal_encoding(T, D, dtype=torch.float64)
     assert equivariance_gap(lambda t: encoder_block(t + pe, p), x, perm) > 1e-3
 
 
@@ -269,7 +271,7 @@ def test_dog_bites_man_same_multiset_without_positions_different_with():
     dog_bites_man, man_bites_dog = embedding[[0, 1, 2]], embedding[[2, 1, 0]]
     a, b = encoder_block(dog_bites_man, p), encoder_block(man_bites_dog, p)
     assert torch.equal(match_rows(a, b, atol=1e-10), torch.tensor([2, 1, 0]))
-    pe = sinusoidal_positions(3, D, torch.float64)
+    pe = sinusoidal_encoding(3, D, dtype=torch.float64)
     assert match_rows(encoder_block(dog_bites_man + pe, p), encoder_block(man_bites_dog + pe, p), atol=1e-3) is None
 
 
@@ -300,20 +302,6 @@ def test_layernorm_after_linear_cancels_only_the_mean_of_its_bias(dtype, seed):
     torch.testing.assert_close(ln(linear(x, w, b)), ln(linear(x, w, kept)), atol=100 * TOL[dtype], rtol=0)
     torch.testing.assert_close(ln(linear(x, w, b.mean().expand_as(b))), ln(linear(x, w)), atol=100 * TOL[dtype], rtol=0)
     assert (ln(linear(x, w, b)) - ln(linear(x, w))).abs().max() > 1e-2
-
-
-def test_sinusoidal_positions_follow_the_formula():
-    T, D = 7, 6
-    pe = sinusoidal_positions(T, D, torch.float64)
-    for t in range(T):
-        for i in range(D // 2):
-            angle = torch.tensor(t / 10000 ** (2 * i / D), dtype=torch.float64)
-            assert pe[t, 2 * i] == pytest.approx(float(torch.sin(angle)), abs=1e-12)
-            assert pe[t, 2 * i + 1] == pytest.approx(float(torch.cos(angle)), abs=1e-12)
-
-
-def test_causal_mask_is_lower_triangular_true():
-    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
 
 
 # ---------------------------------------------------------------- bad input
@@ -389,8 +377,6 @@ def test_match_rows_rejects_different_shapes():
 @pytest.mark.parametrize("call, error, match", [
     (lambda: bias_after_norm(torch.zeros(3), "group"), ValueError, r"'batch' or 'layer', got 'group'"),
     (lambda: bias_after_norm(torch.zeros(2, 3), "layer"), ValueError, r"bias must have 1 dimensions, got shape \(2, 3\)"),
-    (lambda: sinusoidal_positions(4, 5), ValueError, r"even D >= 2, got T=4, D=5"),
-    (lambda: causal_mask(0), ValueError, r"T must be >= 1, got 0"),
     (lambda: random_permutation(0), ValueError, r"n must be >= 1, got 0"),
     (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D >= 1 and d_ff >= 1, got D=0, d_ff=4"),
 ])

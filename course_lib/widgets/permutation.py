@@ -8,8 +8,9 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..permutation import (EncoderBlockParams, causal_mask, encoder_block, permute_tokens, self_attention,
-                           sinusoidal_positions)
+from ..masks import causal_mask
+from ..permutation import EncoderBlockParams, encoder_block, permute_tokens, self_attention
+from ..positional_encoding import sinusoidal_encoding
 from ..plots import svg_bars, svg_heatmap
 from . import LiveView, row
 
@@ -43,7 +44,7 @@ def _run(x: torch.Tensor, params: EncoderBlockParams, scope: str, on: dict[str, 
     p = params.replace(**{name: None for name in ("b_q", "b_k", "b_v") if not on[name]})
     mask = causal_mask(T) if on["mask"] else None
     if on["positions"]:
-        x = x + sinusoidal_positions(T, D)  # positions belong to slots, not to tokens
+        x = x + sinusoidal_encoding(T, D)  # positions belong to slots, not to tokens
     _, weights = self_attention(x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, T)
     out = encoder_block(x, p, mask) if scope == "encoder block" else self_attention(
         x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)[0]  # (..., T, D)
