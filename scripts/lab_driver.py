@@ -2,7 +2,8 @@
 
 `jupyterlab(root)` starts a server on a free local port with a random token and always stops
 it; `run_lesson(page, ...)` opens a notebook, runs every cell, then presses ArrowRight on the
-first slider of a live widget and times each press until the widget's view changes.
+first slider of a live widget (turning back at its ends) and times each press until the widget's
+view changes.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def browser_missing_message() -> str:
 
 
 def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None) -> list[float]:
-    """Open a notebook, run all cells, press ArrowRight on the first live slider; return ms per press."""
+    """Open a notebook, run all cells, move the first live slider key by key; return ms per press."""
     page.goto(url)
     statusbar = page.locator("#jp-main-statusbar")
     # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
@@ -104,8 +105,10 @@ def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None
                            ".every(p => !p.textContent.includes('*'))", timeout=90_000)
     statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
     view = slider.locator(".tr-view").first
-    times = []
+    times, key = [], "ArrowRight"
     for _ in range(presses):
+        now, low, high = (float(handle.get_attribute(a)) for a in ("aria-valuenow", "aria-valuemin", "aria-valuemax"))
+        key = "ArrowLeft" if now >= high else "ArrowRight" if now <= low else key  # bounce at the ends
         before = view.inner_html()
         handle.focus()
         # Time in the page: from the keydown on the slider to the view's next DOM change.
@@ -114,7 +117,7 @@ def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None
             observer.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
             document.activeElement.addEventListener('keydown', () => { window.__trStart = performance.now(); },
                                                     {once: true, capture: true}); }); }""")
-        page.keyboard.press("ArrowRight")
+        page.keyboard.press(key)
         done = page.evaluate("() => Promise.race([window.__trDone, new Promise(r => setTimeout(() => r(null), 5000))])")
         if done is None:
             raise AssertionError("the widget's view did not change within 5 s of a slider key press")

@@ -10,6 +10,7 @@ tests each passed.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
 from dataclasses import dataclass
@@ -26,6 +27,16 @@ class Outcome:
     check_passed: bool
     hidden_passed: bool
     messages: list[str]
+
+
+def solution_sets() -> list[str]:
+    """Names of the exercise sets: the folders solutions/NN_<concept>/."""
+    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def mutants(set_name: str) -> dict[str, dict[str, str]]:
+    """Known-wrong answers for each exercise of a set, kept in tests/test_<concept>.py as MUTANTS."""
+    return importlib.import_module("test_" + set_name.split("_", 1)[1]).MUTANTS
 
 
 def solution_notebook(set_name: str) -> Path:

@@ -8,7 +8,6 @@ answer and loops forever in another: both score 0, the other parts are still gra
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shutil
@@ -20,15 +19,10 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from exercise_harness import HIDDEN, ROOT, exercise_names
+from exercise_harness import HIDDEN, ROOT, exercise_names, mutants, solution_sets
 
-SETS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
+SETS = solution_sets()
 SOLUTION = re.compile(r"[ \t]*### BEGIN SOLUTION\n(.*?)[ \t]*### END SOLUTION\n?", re.S)
-
-
-def mutants(set_name: str) -> dict[str, dict[str, str]]:
-    """The known-wrong answers kept in the set's test file (tests/test_<concept>.py)."""
-    return importlib.import_module("test_" + set_name.split("_", 1)[1]).MUTANTS
 
 
 def last_two(set_name: str) -> list[str]:

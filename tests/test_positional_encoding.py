@@ -12,7 +12,7 @@ from course_lib.positional_encoding import (
     LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TinyPositionModel, alibi_bias, alibi_slopes,
     apply_rope, block_rotation, causal_mask, frequencies, previous_token_accuracy, shift_matrix,
     sinusoidal_dot, sinusoidal_encoding, train_previous_token, wavelength)
-from exercise_harness import exercise_names, outcome
+from exercise_harness import outcome
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -468,31 +468,6 @@ MUTANTS = {
                                       "    m.table.weight.data = table\n    return m(x).detach()",
     },
 }
-
-
-def test_every_exercise_has_known_wrong_answers():
-    assert set(exercise_names(SET)) == set(MUTANTS) and all(len(m) >= 2 for m in MUTANTS.values())
-
-
-@pytest.mark.parametrize("exercise", list(MUTANTS))
-def test_reference_passes_its_check_and_hidden_tests(exercise):
-    result = outcome(SET, exercise)
-    assert result.check_passed and result.hidden_passed, result.messages
-
-
-@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms])
-def test_wrong_answer_fails_hidden_tests(exercise, mutant):
-    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
-    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
-
-
-@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
-                                             if not m.startswith("calls")])
-def test_wrong_answer_fails_visible_check(exercise, mutant):
-    # Answers that call a ready-made implementation compute the right numbers: only the hidden
-    # tests (which refuse them credit) can catch them, so the visible check is not asked to.
-    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
-    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
 
 
 @pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms

@@ -1,0 +1,43 @@
+"""Every exercise set's checks are tested too, with the known-wrong answers in its test file.
+
+For each set solutions/NN_<concept>/, tests/test_<concept>.py holds MUTANTS: for every
+exercise, at least two wrong answers (as source code). The reference must pass its visible
+check and its hidden tests; every wrong answer must fail the hidden tests on their own, and
+every wrong answer that computes wrong numbers must fail the visible check too. (Answers
+named "calls ..." compute the right numbers with a ready-made implementation: only the hidden
+tests, which refuse them credit, can catch them.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from exercise_harness import exercise_names, mutants, outcome, solution_sets
+
+SETS = solution_sets()
+CASES = [(s, e, m) for s in SETS for e, ms in mutants(s).items() for m in ms]
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_exercise_has_known_wrong_answers(set_name):
+    names, known = exercise_names(set_name), mutants(set_name)
+    assert set(names) == set(known), f"exercises without MUTANTS: {set(names) ^ set(known)}"
+    assert all(len(m) >= 2 for m in known.values())
+
+
+@pytest.mark.parametrize("set_name,exercise", [(s, e) for s in SETS for e in exercise_names(s)])
+def test_reference_passes_its_check_and_hidden_tests(set_name, exercise):
+    result = outcome(set_name, exercise)
+    assert result.check_passed and result.hidden_passed, result.messages
+
+
+@pytest.mark.parametrize("set_name,exercise,mutant", CASES)
+def test_wrong_answer_fails_hidden_tests(set_name, exercise, mutant):
+    result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
+    assert not result.hidden_passed, f"hidden tests of {exercise} accept the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("set_name,exercise,mutant", [c for c in CASES if not c[2].startswith("calls")])
+def test_wrong_answer_fails_visible_check(set_name, exercise, mutant):
+    result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
+    assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
