@@ -63,8 +63,9 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
     if len({x.dtype for x in (q, k, v) if x is not None}) > 1:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}"
                         + (f", {v.dtype}" if v is not None else ""))
-    broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
-    if v is not None:
+    if q.shape[:-2] != k.shape[:-2]:  # equal batch shapes (the usual case) need no broadcasting check
+        broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
+    if v is not None and v.shape[:-2] != k.shape[:-2]:
         broadcast_shape("k's batch dimensions", tuple(k.shape[:-2]), "v's batch dimensions", tuple(v.shape[:-2]))
 
 
@@ -115,9 +116,26 @@ def scaled_dot_product_attention(
     scores = _scores(q, k, scale)  # (..., T, S)
     if mask is not None:
         check_mask(mask, tuple(scores.shape))
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)  # (..., T, S), each row sums to 1
+        scores.masked_fill_(~mask, float("-inf"))
+    weights = _softmax_rows_in_place(scores)  # (..., T, S), each row sums to 1
     return weights @ v, weights  # (..., T, d_v)
+
+
+def _softmax_rows_in_place(scores: Tensor) -> Tensor:
+    """softmax(scores) over the last dimension, overwriting `scores` (a fresh tensor we own).
+
+    The same steps as `softmax`, but the (T, S) score matrix is the one large tensor in
+    attention: overwriting it instead of allocating three more is what brings this written-out
+    attention near torch's fused kernel (see `make bench`). Autograd stays correct: the row
+    maximum is a constant (softmax does not depend on it), and the last division is done in
+    place only when no gradient needs exp's output.
+    """
+    row_max = scores.detach().amax(dim=-1, keepdim=True)
+    if not torch.isfinite(row_max).all():  # rows that are entirely -inf: every key masked
+        row_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    exps = scores.sub_(row_max).exp_()
+    total = exps.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(exps.dtype).tiny)
+    return exps / total if exps.requires_grad else exps.div_(total)
 
 
 def entropy(weights: Tensor, dim: int = -1) -> Tensor:

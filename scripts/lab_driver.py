@@ -66,7 +66,8 @@ def jupyterlab(root: Path, log_path: Path) -> Iterator[str]:
                     if time.time() > deadline:
                         raise RuntimeError(f"jupyter lab did not answer on port {port} within 60 s; see {log_path}")
                     time.sleep(0.3)
-            yield f"{base}/lab/tree/{{path}}?token={token}"
+            # "reset": each page starts from an empty workspace, not the previous page's open tabs
+            yield f"{base}/lab/tree/{{path}}?token={token}&reset"
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             try:
@@ -91,41 +92,50 @@ def browser_missing_message() -> str:
 
 
 def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None) -> list[float]:
-    """Open a notebook, run all cells, move the first live slider key by key; return ms per press."""
+    """Open a notebook, run all cells, move the first live widget's slider key by key (or click its
+    first checkbox); return the ms from each press to the widget's redraw."""
     page.goto(url)
     statusbar = page.locator("#jp-main-statusbar")
     # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
     statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    slider = page.locator(".tr-live").first
-    handle = slider.locator(".widget-slider .noUi-handle").first
-    handle.wait_for(timeout=90_000)
+    page.locator(".tr-live .tr-view").first.wait_for(timeout=90_000)
     page.wait_for_function("() => [...document.querySelectorAll('.jp-InputPrompt')]"
                            ".every(p => !p.textContent.includes('*'))", timeout=90_000)
     statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
-    view = slider.locator(".tr-view").first
+    # The first live widget with a slider; a lesson whose widgets have none is driven by a checkbox.
+    with_slider = page.locator(".tr-live", has=page.locator(".widget-slider"))
+    live = with_slider.first if with_slider.count() else page.locator(".tr-live").first
+    handle = live.locator(".widget-slider .noUi-handle").first if with_slider.count() else None
+    checkbox = live.locator(".widget-checkbox input").first
+    view = live.locator(".tr-view").first
     times, key = [], "ArrowRight"
     for _ in range(presses):
-        now, low, high = (float(handle.get_attribute(a)) for a in ("aria-valuenow", "aria-valuemin", "aria-valuemax"))
-        key = "ArrowLeft" if now >= high else "ArrowRight" if now <= low else key  # bounce at the ends
         before = view.inner_html()
-        handle.focus()
-        # Time in the page: from the keydown on the slider to the view's next DOM change.
-        view.evaluate("""(el) => { window.__trDone = new Promise(resolve => {
+        target = handle if handle is not None else checkbox
+        # Time in the page: from the key press or click on the control to the view's next DOM change.
+        target.evaluate("""(control, view) => { window.__trDone = new Promise(resolve => {
             const observer = new MutationObserver(() => { observer.disconnect(); resolve(performance.now()); });
-            observer.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
-            document.activeElement.addEventListener('keydown', () => { window.__trStart = performance.now(); },
-                                                    {once: true, capture: true}); }); }""")
-        page.keyboard.press(key)
+            observer.observe(view, {subtree: true, childList: true, characterData: true, attributes: true});
+            for (const type of ['keydown', 'click'])
+                control.addEventListener(type, () => { window.__trStart = performance.now(); }, {once: true, capture: true});
+            }); }""", view.element_handle())
+        if handle is not None:
+            now, low, high = (float(handle.get_attribute(a)) for a in ("aria-valuenow", "aria-valuemin", "aria-valuemax"))
+            key = "ArrowLeft" if now >= high else "ArrowRight" if now <= low else key  # bounce at the ends
+            handle.focus()
+            page.keyboard.press(key)
+        else:
+            checkbox.click()
         done = page.evaluate("() => Promise.race([window.__trDone, new Promise(r => setTimeout(() => r(null), 5000))])")
         if done is None:
-            raise AssertionError("the widget's view did not change within 5 s of a slider key press")
+            raise AssertionError("the widget's view did not change within 5 s of moving its control")
         times.append(done - page.evaluate("() => window.__trStart"))
         if view.inner_html() == before:
-            raise AssertionError("the slider moved but the widget's view shows the same content")
+            raise AssertionError("the control moved but the widget's view shows the same content")
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        slider.scroll_into_view_if_needed()
+        live.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot))
     return times
