@@ -60,18 +60,31 @@ def _colour(value: float, limit: float) -> str:
 
 
 def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],
-                title: str = "", cell: int = 34, fmt: str = "{:.2f}",
-                highlight_row: int | None = None) -> str:
-    """SVG heatmap with token labels on both axes and values in the cells."""
+                title: str = "", cell: int = 34, fmt: str = "{:.2f}", highlight_row: int | None = None,
+                allowed: Tensor | np.ndarray | None = None, row_axis: str = "query", col_axis: str = "key",
+                limit: float | None = None) -> str:
+    """SVG heatmap with token labels and axis names, values written in the cells.
+
+    matrix: (rows, cols). `allowed` (same shape, boolean) greys out and crosses the cells that are
+    False (masked). Colours run from white to orange (positive) or blue (negative) at |value| = limit
+    (default: the largest |value|).
+    """
     values = _as_numpy(matrix)
+    allowed = np.ones(values.shape, dtype=bool) if allowed is None else _as_numpy(allowed).astype(bool)
     n_rows, n_cols = values.shape
-    left, top = 70, 24 + (18 if title else 0)
-    width, height = left + n_cols * cell + 10, top + n_rows * cell + 10
-    limit = float(np.abs(values).max()) or 1.0
+    left, top = 84, 40 + (18 if title else 0)
+    width = max(left + n_cols * cell + 10, 12 + 7 * len(title))
+    height = top + n_rows * cell + 10
+    shown = np.abs(values[allowed & np.isfinite(values)])
+    limit = limit or (float(shown.max()) if shown.size else 1.0) or 1.0
+    middle_x, middle_y = left + n_cols * cell / 2, top + n_rows * cell / 2
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             'font-family="sans-serif" font-size="11">']
+             'font-family="sans-serif" font-size="11">',
+             f'<text x="{middle_x}" y="{top - 24}" text-anchor="middle" font-style="italic">{escape(col_axis)}</text>',
+             f'<text x="12" y="{middle_y}" transform="rotate(-90 12 {middle_y})" text-anchor="middle" '
+             f'font-style="italic">{escape(row_axis)}</text>']
     if title:
-        parts.append(f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>')
+        parts.append(f'<text x="4" y="14" font-weight="bold">{escape(title)}</text>')
     for j, label in enumerate(col_labels):
         parts.append(f'<text x="{left + j * cell + cell / 2}" y="{top - 6}" text-anchor="middle">{escape(label)}</text>')
     for i, label in enumerate(row_labels):
@@ -79,11 +92,15 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str], col_labe
         weight = ' font-weight="bold"' if i == highlight_row else ""
         parts.append(f'<text x="{left - 6}" y="{y + cell / 2 + 4}" text-anchor="end"{weight}>{escape(label)}</text>')
         for j in range(n_cols):
-            value = float(values[i, j])
-            parts.append(f'<rect x="{left + j * cell}" y="{y}" width="{cell}" height="{cell}" '
+            x, value = left + j * cell, float(values[i, j])
+            if not allowed[i, j]:
+                parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="#d8d8d8" stroke="white"/>'
+                             f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" fill="#888">×</text>')
+                continue
+            parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
                          f'fill="{_colour(value, limit)}" stroke="white"/>')
             if np.isfinite(value):
-                parts.append(f'<text x="{left + j * cell + cell / 2}" y="{y + cell / 2 + 4}" '
+                parts.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" '
                              f'text-anchor="middle" font-size="9">{fmt.format(value)}</text>')
         if i == highlight_row:
             parts.append(f'<rect x="{left}" y="{y}" width="{n_cols * cell}" height="{cell}" '

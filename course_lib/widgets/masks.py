@@ -7,7 +7,6 @@ same weight, and the masked ones still get exactly 0, whatever the scores were.
 from __future__ import annotations
 
 from html import escape
-from typing import Sequence
 
 import ipywidgets as widgets
 import numpy as np
@@ -16,7 +15,7 @@ import torch
 from ..attention import attention_scores, softmax
 from ..masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, causal_mask, combine_masks,
                      fit_additive_scorer, matching_layer, padding_mask, toy_translation_batch)
-from ..plots import POSITIVE, svg_bars
+from ..plots import svg_bars, svg_heatmap
 from . import LiveView, row
 
 KINDS = {
@@ -29,50 +28,6 @@ MASKS = ["none", "padding", "causal", "padding + causal"]
 # Scores are multiplied by a factor from 0 (every allowed key weighs the same) to 4 (nearly one-hot).
 SCALE_STEP = 0.05
 SCALES = [round(i * SCALE_STEP, 2) for i in range(81)]
-
-
-def svg_masked_heatmap(weights: np.ndarray, allowed: np.ndarray, row_labels: Sequence[str],
-                       col_labels: Sequence[str], title: str = "", cell: int = 36,
-                       highlight_row: int | None = None, row_axis: str = "query", col_axis: str = "key") -> str:
-    """SVG heatmap of weights in [0, 1]; masked cells (allowed False) are grey with a cross.
-
-    weights, allowed: (rows, cols). Token labels on both axes, axis names on the margins.
-    (A generic helper: it could move to course_lib.plots.)
-    """
-    n_rows, n_cols = weights.shape
-    left, top = 84, 40 + (18 if title else 0)
-    width, height = max(left + n_cols * cell + 10, 12 + 7 * len(title)), top + n_rows * cell + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             'font-family="sans-serif" font-size="11">']
-    if title:
-        parts.append(f'<text x="4" y="14" font-weight="bold">{escape(title)}</text>')
-    parts.append(f'<text x="{left + n_cols * cell / 2}" y="{top - 24}" text-anchor="middle" '
-                 f'font-style="italic">{escape(col_axis)}</text>')
-    parts.append(f'<text x="12" y="{top + n_rows * cell / 2}" transform="rotate(-90 12 {top + n_rows * cell / 2})" '
-                 f'text-anchor="middle" font-style="italic">{escape(row_axis)}</text>')
-    for j, label in enumerate(col_labels):
-        parts.append(f'<text x="{left + j * cell + cell / 2}" y="{top - 6}" text-anchor="middle">{escape(label)}</text>')
-    for i, label in enumerate(row_labels):
-        y = top + i * cell
-        weight = ' font-weight="bold"' if i == highlight_row else ""
-        parts.append(f'<text x="{left - 6}" y="{y + cell / 2 + 4}" text-anchor="end"{weight}>{escape(label)}</text>')
-        for j in range(n_cols):
-            x = left + j * cell
-            if not allowed[i, j]:
-                parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="#d8d8d8" stroke="white"/>'
-                             f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" '
-                             'fill="#888">×</text>')
-                continue
-            share = min(max(float(weights[i, j]), 0.0), 1.0)
-            r, g, b = (round(255 + (c - 255) * share) for c in POSITIVE)
-            parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="rgb({r},{g},{b})" stroke="white"/>'
-                         f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9">'
-                         f'{weights[i, j]:.2f}</text>')
-        if i == highlight_row:
-            parts.append(f'<rect x="{left}" y="{y}" width="{n_cols * cell}" height="{cell}" '
-                         'fill="none" stroke="black" stroke-width="2"/>')
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def _mask_for(kind: str, mask_name: str, rows: int, cols: int, lengths: list[int]) -> torch.Tensor:
@@ -132,8 +87,8 @@ def mask_explorer_widget() -> LiveView:
                    f"<b>{weights[query][~allowed[query]].max(initial=0.0):g}</b>. Score matrix: "
                    f"{len(rows)} x {len(cols)}, scores multiplied by {scale:.2f}.{note}</p>")
         return readout + row(
-            svg_masked_heatmap(weights, allowed, rows, cols, f"{kind}, {scorer}", highlight_row=query,
-                               row_axis=f"query ({query_side})", col_axis=f"key ({key_side})"),
+            svg_heatmap(weights, rows, cols, f"{kind}, {scorer}", cell=36, highlight_row=query, allowed=allowed,
+                        row_axis=f"query ({query_side})", col_axis=f"key ({key_side})", limit=1.0),
             svg_bars(weights[query].tolist(), cols, f"weights of '{rows[query]}'", limit=1.0, fmt="{:.2f}"))
 
     wide = widgets.Layout(width="300px")

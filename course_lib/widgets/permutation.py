@@ -87,11 +87,12 @@ def permutation_widget() -> LiveView:
                    f"(bars: |f(Px)<sub>i</sub> - (P f(x))<sub>i</sub>|, the change of output i beyond reordering.) Biases changed the weights by at most {weight_change:.3f} and the outputs by at most "
                    f"{float(np.abs(bias_shift).max()):.3f}.</p>")
         return readout + row(
-            svg_heatmap(weights, slots, labels, "weights: query ↓ key →", cell=30),
+            svg_heatmap(weights, slots, labels, "attention weights", cell=30, row_axis="query (slot)",
+                        col_axis="key (token)"),
             svg_bars([0.0 if g < GAP_TINY else float(g) for g in gaps], slots,
                      "how far output i moved", limit=gap_limit[scope], fmt="{:.3f}"),
-            svg_heatmap(bias_shift, slots, [f"f{j}" for j in range(D)],
-                        "bias effect: slot ↓ feature →", cell=34))
+            svg_heatmap(bias_shift, slots, [f"f{j}" for j in range(D)], "what the biases changed", cell=34,
+                        row_axis="output slot", col_axis="feature"))
 
     checkbox = {"layout": widgets.Layout(width="auto"), "indent": False}
     return LiveView({

@@ -108,7 +108,7 @@ def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
                    f"Arrows: the first pair of q<sub>{m}</sub> and k<sub>{n}</sub>.</p>")
         return readout + row(
             svg_heatmap(table, labels, labels, f"q_m . k_n, key content turned {angle:+d} deg",
-                        cell=38, highlight_row=m),
+                        cell=38, highlight_row=m, row_axis="query position m", col_axis="key position n"),
             svg_vectors(np.stack([k_pair[n]]), [f"k{n}"], q_pair[m], highlight_label=f"q{m}", size=200))
 
     return LiveView({
