@@ -27,7 +27,9 @@ class LiveView:
         self.timings_ms: list[float] = []
         for control in controls.values():
             control.observe(self._on_change, names="value")
-        self.box = widgets.VBox([widgets.HBox(list(controls.values())), self.view, self.errors])
+        # Controls wrap onto a second line rather than squeezing every slider to a stub.
+        bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+        self.box = widgets.VBox([bar, self.view, self.errors])
         self.box.add_class("tr-live")  # the browser test finds live widgets by this class
         self.refresh()
 
@@ -37,7 +39,8 @@ class LiveView:
     def refresh(self) -> None:
         start = time.perf_counter()
         try:
-            self.view.value = self.render(**self.values())
+            # Plain line spacing and wrapping text: the widget's own CSS is meant for one-line labels.
+            self.view.value = f'<div style="line-height:1.4;white-space:normal">{self.render(**self.values())}</div>'
         except Exception:  # show the learner what went wrong, keep the widget alive
             with self.errors:
                 traceback.print_exc()
@@ -51,5 +54,5 @@ class LiveView:
 
 
 def row(*svgs: str) -> str:
-    """Lay SVG panels side by side."""
-    return '<div style="display:flex;gap:16px;align-items:flex-start">' + "".join(svgs) + "</div>"
+    """Lay SVG panels side by side, wrapping onto the next line when the notebook is narrow."""
+    return '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">' + "".join(svgs) + "</div>"
