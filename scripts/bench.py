@@ -17,8 +17,10 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,17 +96,24 @@ def widget_callbacks() -> dict[str, dict[str, float]]:
 
 
 def browser_round_trips(presses: int = 30) -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as served:
+        # Serve a copy of the lessons: JupyterLab writes checkpoints next to the notebooks it opens.
+        shutil.copytree(ROOT / "notebooks", Path(served) / "notebooks")
+        return _round_trips(Path(served), presses)
+
+
+def _round_trips(served: Path, presses: int) -> dict[str, dict[str, float]]:
     from lab_driver import browser_missing_message, jupyterlab, launch_options, run_lesson
     from playwright.sync_api import sync_playwright
     results = {}
     log = ROOT / "test-artifacts" / "bench-jupyterlab.log"
     log.parent.mkdir(exist_ok=True)
-    with jupyterlab(ROOT, log) as url, sync_playwright() as playwright:
+    with jupyterlab(served, log) as url, sync_playwright() as playwright:
         try:
             browser = playwright.chromium.launch(headless=True, **launch_options())
         except Exception as error:
             raise SystemExit(f"{browser_missing_message()}\n{error}")
-        for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for path in sorted((served / "notebooks").glob("*.ipynb")):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             try:
                 times = run_lesson(page, url.format(path=f"notebooks/{path.name}"), presses=presses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ from lab_driver import browser_missing_message, jupyterlab, launch_options, run_
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-def test_lesson_01_runs_in_jupyterlab_and_its_slider_redraws_the_widget():
+def test_lesson_01_runs_in_jupyterlab_and_its_slider_redraws_the_widget(tmp_path):
     from playwright.sync_api import Error, sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with jupyterlab(ROOT, ARTIFACTS / "jupyterlab.log") as url, sync_playwright() as playwright:
+    # Serve a copy: JupyterLab writes checkpoints (and could autosave) next to the notebooks it opens.
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    with jupyterlab(tmp_path, ARTIFACTS / "jupyterlab.log") as url, sync_playwright() as playwright:
         try:
             browser = playwright.chromium.launch(headless=True, **launch_options())
         except Error as error:
