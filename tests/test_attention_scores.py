@@ -11,16 +11,9 @@ import torch.nn.functional as F
 from course_lib.attention import (attention_scores, dot_product_variance, entropy, naive_softmax, project_qkv,
                                   scaled_dot_product_attention, softmax, softmax_saturation, train_alignment)
 from exercise_harness import outcome
+from tensors import DTYPES, TOL, random_qkv
 
 SET = "01_attention_scores"
-DTYPES = [torch.float32, torch.float64]
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def random_qkv(gen, batch, t, s, d_k, d_v, dtype):
-    return (torch.randn(*batch, t, d_k, generator=gen, dtype=dtype),
-            torch.randn(*batch, s, d_k, generator=gen, dtype=dtype),
-            torch.randn(*batch, s, d_v, generator=gen, dtype=dtype))
 
 
 # ------------------------------------------------------------------ agreement with torch

@@ -16,15 +16,8 @@ from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, Ad
                               padding_mask, prefix_outputs, seconds_per_score, to_multihead_attention,
                               to_torch_mha_mask, toy_embedding, toy_translation_batch, train_next_token)
 from exercise_harness import outcome
+from tensors import DTYPES, TOL, random_qkv
 
-DTYPES = [torch.float32, torch.float64]
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def random_qkv(gen, batch, t, s, d_k, d_v, dtype):
-    return (torch.randn(*batch, t, d_k, generator=gen, dtype=dtype),
-            torch.randn(*batch, s, d_k, generator=gen, dtype=dtype),
-            torch.randn(*batch, s, d_v, generator=gen, dtype=dtype))
 
 
 def random_mask(gen, shape):
