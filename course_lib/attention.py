@@ -47,7 +47,8 @@ def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
+def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
+    """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together: names the shapes at fault."""
     for name, x in (("q", q), ("k", k)) + ((("v", v),) if v is not None else ()):
         require_tensor(name, x)
         require_float(name, x)
@@ -80,7 +81,7 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     q: (..., T, d_k), k: (..., S, d_k) -> scores: (..., T, S); entry [t, s] = scale * q_t . k_s.
     scale=None uses 1/sqrt(d_k); scale=1.0 gives the raw dot products.
     """
-    _check_qkv(q, k)
+    check_qkv(q, k)
     return _scores(q, k, scale)
 
 
@@ -112,7 +113,7 @@ def scaled_dot_product_attention(
     Returns (output (..., T, d_v), weights (..., T, S)). Output row t is sum_s weights[t, s] * v_s.
     A query whose keys are all masked gets zero weights and a zero output row (not NaN).
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     scores = _scores(q, k, scale)  # (..., T, S)
     if mask is not None:
         check_mask(mask, tuple(scores.shape))

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import broadcast_shape, require_float, require_positive, require_rank, require_tensor
-from .attention import _check_qkv, attention_scores, check_mask, scaled_dot_product_attention, softmax
+from .attention import attention_scores, check_mask, check_qkv, scaled_dot_product_attention, softmax
 
 # ------------------------------------------------------------------ building masks
 
@@ -118,7 +118,7 @@ def attention_with_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor,
     q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v), bias: float, broadcastable to (..., T, S).
     Returns (output (..., T, d_v), weights (..., T, S)); a row that is all -inf gives zeros.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     scores = attention_scores(q, k, scale)  # (..., T, S)
     require_tensor("bias", bias)
     require_float("bias", bias)
