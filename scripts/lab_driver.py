@@ -91,9 +91,14 @@ def browser_missing_message() -> str:
             "(make test does this); elsewhere: `python -m playwright install chromium`.")
 
 
-def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None) -> list[float]:
+def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None,
+               pause_ms: int = 150) -> list[float]:
     """Open a notebook, run all cells, move the first live widget's slider key by key (or click its
-    first checkbox); return the ms from each press to the widget's redraw."""
+    first checkbox); return the ms from each press to the widget's redraw.
+
+    Presses come `pause_ms` apart, a brisk human pace; pressed back to back (pause_ms=0) about
+    half of them wait roughly 30 ms more in the server and kernel before the reply arrives.
+    """
     page.goto(url)
     statusbar = page.locator("#jp-main-statusbar")
     # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
@@ -134,6 +139,7 @@ def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None
         times.append(done - page.evaluate("() => window.__trStart"))
         if view.inner_html() == before:
             raise AssertionError("the control moved but the widget's view shows the same content")
+        page.wait_for_timeout(pause_ms)
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         live.scroll_into_view_if_needed()
