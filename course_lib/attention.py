@@ -28,9 +28,9 @@ def softmax(logits: Tensor, dim: int = -1) -> Tensor:
     require_tensor("logits", logits)
     require_float("logits", logits)
     dim = require_dim(logits, dim, "logits")
-    row_max = logits.amax(dim=dim, keepdim=True)
-    if not torch.isfinite(row_max).all():  # rows that are entirely -inf: every key masked
-        row_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    # A row that is entirely -inf (every key masked) has maximum -inf, and -inf - (-inf) is NaN;
+    # clamping the maximum to the most negative float keeps exp(-inf - max) = 0 there.
+    row_max = logits.amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
     exps = torch.exp(logits - row_max)
     total = exps.sum(dim=dim, keepdim=True)
     # total >= 1 for a row with a finite entry (its maximum contributes exp(0) = 1), so the
@@ -131,9 +131,7 @@ def _softmax_rows_in_place(scores: Tensor) -> Tensor:
     maximum is a constant (softmax does not depend on it), and the last division is done in
     place only when no gradient needs exp's output.
     """
-    row_max = scores.detach().amax(dim=-1, keepdim=True)
-    if not torch.isfinite(row_max).all():  # rows that are entirely -inf: every key masked
-        row_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    row_max = scores.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)
     exps = scores.sub_(row_max).exp_()
     total = exps.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(exps.dtype).tiny)
     return exps / total if exps.requires_grad else exps.div_(total)
