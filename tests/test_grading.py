@@ -2,7 +2,7 @@
 
 Runs scripts/grade.py (what `make grade` runs) in a temporary course folder. For every
 exercise set: a fully correct submission gets full marks, and a submission with known-wrong
-answers loses exactly those exercises' points. For set 01 a third submission raises in one
+answers to its last two exercises loses exactly those exercises' points. For set 01 a third submission raises in one
 answer and loops forever in another: both score 0, the other parts are still graded.
 """
 
