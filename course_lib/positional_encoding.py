@@ -135,6 +135,15 @@ def shift_matrix(k: int, d_model: int, base: float = 10000.0) -> Tensor:
     return block_rotation(-k * frequencies(d_model, base))
 
 
+def _check_rows(x: Tensor, d_model: int, max_len: int, table: str) -> None:
+    """Raise unless x is (..., T, d_model) with T <= max_len, the rows a position table has."""
+    require_tensor("x", x)
+    require_rank("x", x, 2)
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x of shape {tuple(x.shape)} must end in d_model={d_model}")
+    _require_length(table, x.shape[-2], max_len)
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """x + PE[:T] with a fixed (max_len, D) table; x: (..., T, D) -> (..., T, D).
 
@@ -147,11 +156,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", sinusoidal_encoding(max_len, d_model, base), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        require_tensor("x", x)
-        require_rank("x", x, 2)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x of shape {tuple(x.shape)} must end in d_model={self.d_model}")
-        _require_length("sinusoidal table", x.shape[-2], self.max_len)
+        _check_rows(x, self.d_model, self.max_len, "sinusoidal table")
         return x + self.table[: x.shape[-2]].to(x.dtype)  # (..., T, D)
 
 
@@ -167,11 +172,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.table = nn.Embedding(max_len, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        require_tensor("x", x)
-        require_rank("x", x, 2)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x of shape {tuple(x.shape)} must end in d_model={self.d_model}")
-        _require_length("learned position table", x.shape[-2], self.max_len)
+        _check_rows(x, self.d_model, self.max_len, "learned position table")
         return x + self.table.weight[: x.shape[-2]]  # (..., T, D)
 
 

@@ -23,6 +23,15 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def attention_inputs(seed: int, dtype: torch.dtype):
+    """x: (B, T, D) and three (D, D) projections, plus the generator to draw biases from."""
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3))
+    return x, w_q, w_k, w_v, g
+
+
 def shapes(seed: int) -> tuple[int, int, int]:
     """A random (B, T, D) with even D (positions need it) and T >= 3 (so permutations can do something)."""
     g = gen(1000 + seed)
@@ -133,10 +142,8 @@ def test_attention_matches_torch_multihead_attention_with_biases_and_mask(dtype,
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seed", range(4))
 def test_key_bias_changes_nothing(dtype, seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    x = torch.randn(B, T, D, generator=g, dtype=dtype)
-    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3))
+    x, w_q, w_k, w_v, g = attention_inputs(seed, dtype)
+    D = x.shape[-1]
     b_k = 5 * torch.randn(D, generator=g, dtype=dtype)
     plain = self_attention(x, w_q, w_k, w_v)
     keyed = self_attention(x, w_q, w_k, w_v, b_k=b_k)
@@ -147,10 +154,8 @@ def test_key_bias_changes_nothing(dtype, seed):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seed", range(4))
 def test_value_bias_adds_exactly_b_v_to_every_output_row(dtype, seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    x = torch.randn(B, T, D, generator=g, dtype=dtype)
-    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=dtype) for _ in range(3))
+    x, w_q, w_k, w_v, g = attention_inputs(seed, dtype)
+    T, D = x.shape[-2:]
     b_v = torch.randn(D, generator=g, dtype=dtype)
     mask = causal_mask(T)  # any mask that leaves each row a key: the weights still sum to 1
     shift = self_attention(x, w_q, w_k, w_v, b_v=b_v, mask=mask)[0] - self_attention(x, w_q, w_k, w_v, mask=mask)[0]
@@ -159,10 +164,8 @@ def test_value_bias_adds_exactly_b_v_to_every_output_row(dtype, seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_query_bias_changes_the_weights(seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
-    w_q, w_k, w_v = (torch.randn(D, D, generator=g, dtype=torch.float64) for _ in range(3))
+    x, w_q, w_k, w_v, g = attention_inputs(seed, torch.float64)
+    D = x.shape[-1]
     b_q = torch.randn(D, generator=g, dtype=torch.float64)
     plain = self_attention(x, w_q, w_k, w_v)[1]
     biased = self_attention(x, w_q, w_k, w_v, b_q=b_q)[1]
