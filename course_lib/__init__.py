@@ -1,15 +1,23 @@
 """Transformer Roots: one small, readable PyTorch implementation of each Transformer piece.
 
-One module per lesson, imported by its notebook:
-    attention            01  Q, K, V, the score matrix, softmax, scaled dot-product attention
-    masks                02  padding and causal masks, the three uses of attention, additive attention
+One module per lesson, imported by its notebook; a lesson's module imports only the modules
+of earlier lessons (and torch), so the layers of the code follow the course:
+    attention            01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
+    masks                02  padding and causal masks, the three uses of attention, additive
+                             attention, the course's TinyModel and its training
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out
-and beside them: plots (figures), widgets/ (live widgets, one module per lesson), checks/
-(the exercises' visible checks), claims (`claim`, the lessons' computed checks).
+Beneath every lesson: guards (input checks with clear errors), training (the one training
+loop), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
+(live widgets, one module per lesson) and checks/ (the exercises' visible checks).
 
-Dimension names used everywhere: B batch, T query positions, S key/value positions, D model
-width, d_k query/key width, d_v value width, H heads; a leading "..." is any batch dimensions.
-Boolean masks mean True = "may attend".
+Dimension names, the same in every docstring and shape comment:
+    B    batch                        T    query positions (sequence length)
+    S    key/value positions          D    model width (d_model)
+    d_k  query/key width              d_v  value width
+    H    heads                        V    vocabulary size (vocab_size)
+A leading "..." in a shape is any number of batch dimensions (including none).
+Boolean masks mean True = "may attend" (or "real token"), as in
+torch.nn.functional.scaled_dot_product_attention.
 """

@@ -1,77 +1,85 @@
-"""Lesson 01: queries, keys, values and the score matrix.
+"""Lesson 01: queries, keys, values, the score matrix, and the course's one attention path.
 
-Dimension names used across the course:
-    B  batch            T  query positions      S  key/value positions
-    D  model width      d_k  query/key width    d_v  value width      H  heads
-A leading "..." in a shape means any number of batch dimensions (including none).
+Everything that attends in course_lib comes through here: `softmax` is the one (masked)
+softmax, `scaled_dot_product_attention` the one attention computation, and `Attention` the one
+layer with projections. Later lessons build their variants (masked, biased, rotated, cross,
+deliberately broken) by passing arguments to these, never by writing attention again.
 
-Masks follow torch's boolean convention: True means "this query may attend to this key".
+Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from ._checks import broadcast_shape, require_dim, require_float, require_positive, require_rank, require_tensor
+from .guards import (broadcast_shape, require_broadcasts_to, require_count, require_dim, require_float,
+                     require_number, require_same_dtype, require_tensor, require_width)
+from .training import train
+
+Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
-def softmax(logits: Tensor, dim: int = -1) -> Tensor:
-    """Numerically stable softmax along `dim`; any shape in, same shape out.
+def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: bool = True) -> Tensor:
+    """softmax along `dim`, optionally masked; any shape in, same shape out.
 
-    Subtracting the maximum first changes nothing mathematically (softmax ignores a
-    constant added to a row) but keeps exp() from overflowing at large logits.
-    A slice that is entirely -inf (every key masked) returns zeros instead of 0/0 = NaN.
+    mask: bool, broadcastable to logits, True = keep; False entries get weight exactly 0.
+    A slice with no finite logit left (every key masked) gives zeros and zero gradient, never NaN.
+    stable=False drops the max subtraction: the naive exp(x) / sum exp(x) that overflows.
     """
-    require_tensor("logits", logits)
     require_float("logits", logits)
-    dim = require_dim(logits, dim, "logits")
-    # A row that is entirely -inf (every key masked) has maximum -inf, and -inf - (-inf) is NaN;
-    # clamping the maximum to the most negative float keeps exp(-inf - max) = 0 there.
-    row_max = logits.amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-    exps = torch.exp(logits - row_max)
+    dim = require_dim("logits", logits, dim)
+    if mask is not None:
+        check_mask(mask, tuple(logits.shape))
+        logits = logits.masked_fill(~mask, float("-inf"))
+    if stable:
+        # softmax ignores a constant added to a slice, so subtracting the maximum changes nothing
+        # but keeps exp() from overflowing. A slice of only -inf has maximum -inf; clamping it to
+        # the most negative float keeps exp(-inf - max) = 0 instead of exp(nan).
+        row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
+        logits = logits - row_max
+    exps = torch.exp(logits)
     total = exps.sum(dim=dim, keepdim=True)
-    # total >= 1 for a row with a finite entry (its maximum contributes exp(0) = 1), so the
-    # clamp only touches all-masked rows, whose exps are all 0: 0 / tiny = 0, not 0 / 0 = NaN.
-    return exps / total.clamp_min(torch.finfo(exps.dtype).tiny)
+    # total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1); where none is,
+    # dividing by 1 instead of 0 gives zeros, and a gradient of 0 (not 0 * inf = NaN).
+    return exps / torch.where(total > 0, total, torch.ones_like(total))
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) with no max subtraction: overflows to inf/inf = NaN near x = 89 (float32)."""
-    require_tensor("logits", logits)
-    require_float("logits", logits)
-    dim = require_dim(logits, dim, "logits")
-    exps = torch.exp(logits)
-    return exps / exps.sum(dim=dim, keepdim=True)
+    return softmax(logits, dim, stable=False)
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
     """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together: names the shapes at fault."""
-    for name, x in (("q", q), ("k", k)) + ((("v", v),) if v is not None else ()):
-        require_tensor(name, x)
-        require_float(name, x)
-        require_rank(name, x, 2)
+    require_float("q", q, min_rank=2)
+    require_float("k", k, min_rank=2)
+    if v is not None:
+        require_float("v", v, min_rank=2)
+    require_same_dtype(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must share their last dimension d_k: q has shape {tuple(q.shape)} "
             f"(d_k={q.shape[-1]}), k has shape {tuple(k.shape)} (d_k={k.shape[-1]})")
+    if q.shape[-1] == 0:
+        raise ValueError(f"d_k must be at least 1: q has shape {tuple(q.shape)}")
+    if k.shape[-2] == 0:
+        raise ValueError(f"k has no positions (S = 0), so a query has nothing to attend to: k has shape "
+                         f"{tuple(k.shape)}")
     if v is not None and v.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"k and v must have the same number of positions S: k has shape {tuple(k.shape)} "
             f"(S={k.shape[-2]}), v has shape {tuple(v.shape)} (S={v.shape[-2]})")
-    if len({x.dtype for x in (q, k, v) if x is not None}) > 1:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}"
-                        + (f", {v.dtype}" if v is not None else ""))
-    if q.shape[:-2] != k.shape[:-2]:  # equal batch shapes (the usual case) need no broadcasting check
-        broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
-    if v is not None and v.shape[:-2] != k.shape[:-2]:
-        broadcast_shape("k's batch dimensions", tuple(k.shape[:-2]), "v's batch dimensions", tuple(v.shape[:-2]))
+    batch = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
+    if v is not None:
+        broadcast_shape("q's and k's batch dimensions", tuple(batch), "v's batch dimensions", tuple(v.shape[:-2]))
 
 
 def default_scale(d_k: int) -> float:
-    """1/sqrt(d_k): keeps q.k at unit variance when q and k have unit-variance entries."""
+    """1/sqrt(d_k): keeps q.k at unit variance when q and k have independent unit-variance entries."""
     return 1.0 / math.sqrt(d_k)
 
 
@@ -86,55 +94,75 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
 
 
 def _scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
-    scale = default_scale(q.shape[-1]) if scale is None else float(scale)
-    require_positive("scale", scale)
+    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     # Scaling q (T x d_k numbers) is cheaper than scaling the scores (T x S numbers).
     return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
 
 
-def check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> None:
+def check_mask(mask: Tensor, scores_shape: tuple[int, ...], scores_name: str = "scores") -> None:
     """Raise unless `mask` is boolean and broadcasts to the score shape (..., T, S)."""
     require_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
-            "to use a float mask, add it to the scores yourself")
-    if broadcast_shape("mask", tuple(mask.shape), "scores", scores_shape) != torch.Size(scores_shape):
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-                         f"{scores_shape} (..., T, S)")
+            "for a float (additive) mask, pass it as bias=")
+    require_broadcasts_to("mask", mask, scores_shape, scores_name)
 
 
-def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None
-) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T * scale) v, written out.
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 scale: float | None = None, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale + bias, masked) v, written out: the course's one attention.
 
-    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v), mask: bool, broadcastable to (..., T, S).
-    Returns (output (..., T, d_v), weights (..., T, S)). Output row t is sum_s weights[t, s] * v_s.
-    A query whose keys are all masked gets zero weights and a zero output row (not NaN).
+    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v). mask: bool, broadcastable to (..., T, S),
+    True = may attend. bias: float, broadcastable to (..., T, S), added to the scores (an additive
+    mask of 0 / -inf, ALiBi's distance penalty, ...). Returns (output (..., T, d_v), weights
+    (..., T, S)); output row t is sum_s weights[t, s] v_s. A query with no allowed key gets zero
+    weights and a zero output row (not NaN).
     """
     check_qkv(q, k, v)
     scores = _scores(q, k, scale)  # (..., T, S)
-    if mask is not None:
-        check_mask(mask, tuple(scores.shape))
-        scores.masked_fill_(~mask, float("-inf"))
-    weights = _softmax_rows_in_place(scores)  # (..., T, S), each row sums to 1
+    if bias is not None:
+        require_float("bias", bias)
+        require_broadcasts_to("bias", bias, tuple(scores.shape), "scores")
+        scores = scores + bias.to(scores.dtype)
+    weights = softmax(scores, mask=mask)  # (..., T, S), each row sums to 1 (or is all 0)
     return weights @ v, weights  # (..., T, d_v)
 
 
-def _softmax_rows_in_place(scores: Tensor) -> Tensor:
-    """softmax(scores) over the last dimension, overwriting `scores` (a fresh tensor we own).
+class Attention(nn.Module):
+    """One attention head with its four projections (nanoGPT style, no dropout).
 
-    The same steps as `softmax`, but the (T, S) score matrix is the one large tensor in
-    attention: overwriting it instead of allocating three more is what brings this written-out
-    attention near torch's fused kernel (see `make bench`). Autograd stays correct: the row
-    maximum is a constant (softmax does not depend on it), and the last division is done in
-    place only when no gradient needs exp's output.
+    Self-attention: layer(x) with x: (..., T, D). Cross-attention: layer(x, memory) with
+    memory: (..., S, d_memory); queries come from x, keys and values from memory.
+    `rotate(q, k) -> (q, k)` turns queries and keys by position (RoPE, lesson 04); `bias` is
+    added to the scores (an additive mask, ALiBi). Returns (output (..., T, D), weights (..., T, S)).
     """
-    row_max = scores.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)
-    exps = scores.sub_(row_max).exp_()
-    total = exps.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(exps.dtype).tiny)
-    return exps / total if exps.requires_grad else exps.div_(total)
+
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
+                 d_memory: int | None = None, bias: bool = False):
+        super().__init__()
+        require_count("d_model", d_model)
+        d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
+                              (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
+        self.d_model, self.d_memory = d_model, d_memory
+        self.query = nn.Linear(d_model, d_k, bias=bias)
+        self.key = nn.Linear(d_memory, d_k, bias=bias)
+        self.value = nn.Linear(d_memory, d_v, bias=bias)
+        self.out = nn.Linear(d_v, d_model, bias=bias)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+        require_float("x", x, min_rank=2)
+        require_width("x", x, self.d_model)
+        if memory is not None:
+            require_float("memory", memory, min_rank=2)
+            require_width("memory", memory, self.d_memory)
+        source = x if memory is None else memory  # self-attention reads its own input
+        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        if rotate is not None:
+            q, k = rotate(q, k)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., T, d_v), (..., T, S)
+        return self.out(out), weights  # (..., T, D)
 
 
 def entropy(weights: Tensor, dim: int = -1) -> Tensor:
@@ -142,9 +170,8 @@ def entropy(weights: Tensor, dim: int = -1) -> Tensor:
 
     weights: (..., S) -> (...). ln(S) for uniform rows, 0 for one-hot rows.
     """
-    require_tensor("weights", weights)
     require_float("weights", weights)
-    dim = require_dim(weights, dim, "weights")
+    dim = require_dim("weights", weights, dim)
     logs = torch.where(weights > 0, weights.clamp_min(1e-45).log(), 0.0)
     return 0.0 - (weights * logs).sum(dim=dim)  # 0.0 - x turns -0.0 into 0.0
 
@@ -154,14 +181,13 @@ def project_qkv(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tenso
 
     x: (..., T, D); w_q, w_k: (D, d_k); w_v: (D, d_v) -> q, k: (..., T, d_k), v: (..., T, d_v).
     """
-    require_tensor("x", x)
-    require_rank("x", x, 2)
+    require_float("x", x, min_rank=2)
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        require_tensor(name, w)
-        require_rank(name, w, 2, 2)
+        require_float(name, w, 2, 2)
         if w.shape[0] != x.shape[-1]:
             raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows to match x's "
                              f"last dimension D: x has shape {tuple(x.shape)}")
+    require_same_dtype(x=x, w_q=w_q, w_k=w_k, w_v=w_v)
     if w_q.shape[1] != w_k.shape[1]:
         raise ValueError(f"w_q {tuple(w_q.shape)} and w_k {tuple(w_k.shape)} must give the same d_k")
     return x @ w_q, x @ w_k, x @ w_v
@@ -169,8 +195,8 @@ def project_qkv(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tenso
 
 def dot_product_variance(d_k: int, n_samples: int = 20_000, seed: int = 0) -> float:
     """Sample variance of q . k for q, k with independent N(0, 1) entries; theory says d_k."""
-    if d_k < 1 or n_samples < 2:
-        raise ValueError(f"need d_k >= 1 and n_samples >= 2, got d_k={d_k}, n_samples={n_samples}")
+    require_count("d_k", d_k)
+    require_count("n_samples", n_samples, minimum=2)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n_samples, d_k, generator=gen, dtype=torch.float64)
     k = torch.randn(n_samples, d_k, generator=gen, dtype=torch.float64)
@@ -185,12 +211,11 @@ def softmax_saturation(d_k: int, scaled: bool, n_queries: int = 256, n_keys: int
     sum(weights * g) for a random upstream g, taken with respect to the logits: it shrinks
     toward 0 as rows become one-hot, which is what stops learning in an unscaled model.
     """
-    if d_k < 1:
-        raise ValueError(f"d_k must be >= 1, got {d_k}")
+    require_count("d_k", d_k)
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(n_queries, d_k, generator=gen)
-    k = torch.randn(n_keys, d_k, generator=gen)
-    upstream = torch.randn(n_queries, n_keys, generator=gen)
+    q = torch.randn(n_queries, d_k, generator=gen, dtype=torch.float64)
+    k = torch.randn(n_keys, d_k, generator=gen, dtype=torch.float64)
+    upstream = torch.randn(n_queries, n_keys, generator=gen, dtype=torch.float64)
     logits = attention_scores(q, k, scale=None if scaled else 1.0).requires_grad_(True)
     weights = softmax(logits)
     (weights * upstream).sum().backward()
@@ -204,19 +229,19 @@ def train_alignment(x: Tensor, w_q: Tensor, w_k: Tensor, query: int, key: int,
     x: (T, D), w_q, w_k: (D, d_k). The loss is -log weights[query, key] (cross-entropy on one
     attention row). Returns the (T, T) score matrices before and after; inputs are not modified.
     """
-    require_rank("x", x, 2, 2)
+    require_float("x", x, 2, 2)
     n_tokens = x.shape[0]
     for name, index in (("query", query), ("key", key)):
-        if not 0 <= index < n_tokens:
+        require_count(name, index, minimum=0)
+        if index >= n_tokens:
             raise ValueError(f"{name}={index} is out of range for {n_tokens} tokens")
     w_q = w_q.detach().clone().requires_grad_(True)
     w_k = w_k.detach().clone().requires_grad_(True)
     before = attention_scores(x @ w_q, x @ w_k).detach()
-    for _ in range(steps):
+
+    def loss_of_step(_: int) -> Tensor:
         scores = attention_scores(x @ w_q, x @ w_k)  # (T, T)
-        loss = -torch.log_softmax(scores[query], dim=-1)[key]
-        grad_q, grad_k = torch.autograd.grad(loss, [w_q, w_k])
-        with torch.no_grad():  # plain gradient descent, written out
-            w_q -= lr * grad_q
-            w_k -= lr * grad_k
+        return -torch.log_softmax(scores[query], dim=-1)[key]
+
+    train(loss_of_step, [w_q, w_k], steps, lr, optimizer="sgd")
     return before, attention_scores(x @ w_q, x @ w_k).detach()

@@ -17,21 +17,18 @@ A query whose every key is masked gets zero weights and a zero output row, never
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ._checks import broadcast_shape, require_float, require_positive, require_rank, require_tensor
-from .attention import attention_scores, check_mask, check_qkv, scaled_dot_product_attention, softmax
+from .attention import Attention, scaled_dot_product_attention, softmax
+from .guards import (broadcast_shape, require_choice, require_count, require_float, require_integer,
+                     require_number, require_tensor, require_width)
+from .training import train
 
 # ------------------------------------------------------------------ building masks
-
-
-def _require_length(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
 
 
 def causal_mask(T: int, S: int | None = None) -> Tensor:
@@ -40,8 +37,8 @@ def causal_mask(T: int, S: int | None = None) -> Tensor:
     S defaults to T. For S != T the diagonal starts at the top-left corner, as torch's
     scaled_dot_product_attention(is_causal=True) does.
     """
-    T = _require_length("T", T)
-    S = T if S is None else _require_length("S", S)
+    T = require_count("T", T, minimum=0)
+    S = T if S is None else require_count("S", S, minimum=0)
     return torch.ones(T, S, dtype=torch.bool).tril()  # (T, S)
 
 
@@ -52,13 +49,13 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
     first), side="left" pads at the start. The middle axis of size 1 broadcasts over the T
     query positions, so the result combines with a (T, S) causal mask into (B, T, S).
     """
-    S = _require_length("S", S)
+    S = require_count("S", S, minimum=0)
     if isinstance(lengths, Tensor):
         if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
             raise TypeError(f"lengths must be a 1-D integer tensor, got dtype {lengths.dtype} "
                             f"and shape {tuple(lengths.shape)}")
         lengths = lengths.tolist()
-    lengths = [_require_length("each length", n) for n in lengths]
+    lengths = [require_count("each length", n, minimum=0) for n in lengths]
     if any(n > S for n in lengths):
         raise ValueError(f"lengths {lengths} must each be at most S={S}")
     if side not in ("right", "left"):
@@ -108,61 +105,8 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
     return ~mask
 
 
-# ------------------------------------------------------------------ attention with an additive mask
-
-
-def attention_with_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor,
-                        scale: float | None = None) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T * scale + bias) v, for a float (additive) mask or any score bias.
-
-    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v), bias: float, broadcastable to (..., T, S).
-    Returns (output (..., T, d_v), weights (..., T, S)); a row that is all -inf gives zeros.
-    """
-    check_qkv(q, k, v)
-    scores = attention_scores(q, k, scale)  # (..., T, S)
-    require_tensor("bias", bias)
-    require_float("bias", bias)
-    if broadcast_shape("bias", tuple(bias.shape), "scores", tuple(scores.shape)) != scores.shape:
-        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape "
-                         f"{tuple(scores.shape)} (..., T, S)")
-    weights = softmax(scores + bias.to(scores.dtype), dim=-1)  # (..., T, S)
-    return weights @ v, weights  # (..., T, d_v)
-
-
 # ------------------------------------------------------------------ one attention layer, three uses
-
-
-class Attention(nn.Module):
-    """One attention head with input and output projections (nanoGPT style, no dropout).
-
-    Self-attention: layer(x) with x: (..., T, D). Cross-attention: layer(x, memory) with
-    memory: (..., S, d_memory); queries come from x, keys and values from memory.
-    Returns (output (..., T, D), weights (..., T, S)).
-    """
-
-    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 d_memory: int | None = None, bias: bool = False):
-        super().__init__()
-        d_k, d_v, d_memory = d_k or d_model, d_v or d_model, d_memory or d_model
-        self.d_model, self.d_memory = d_model, d_memory
-        self.query = nn.Linear(d_model, d_k, bias=bias)
-        self.key = nn.Linear(d_memory, d_k, bias=bias)
-        self.value = nn.Linear(d_memory, d_v, bias=bias)
-        self.out = nn.Linear(d_v, d_model, bias=bias)
-
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        for name, t, width in (("x", x, self.d_model), ("memory", memory, self.d_memory)):
-            if t is None:
-                continue
-            require_tensor(name, t)
-            require_float(name, t)
-            require_rank(name, t, 2)
-            if t.shape[-1] != width:
-                raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(t.shape)}")
-        source = x if memory is None else memory  # self-attention reads its own input
-        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
-        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (..., T, d_v), (..., T, S)
-        return self.out(out), weights  # (..., T, D)
+# The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
 
 
 def to_multihead_attention(layer: Attention) -> nn.MultiheadAttention:
@@ -192,7 +136,7 @@ def encoder_self_attention(layer: Attention, source: Tensor,
 
     source: (B, n, D) -> output (B, n, D), weights (B, n, n).
     """
-    require_rank("source", source, 3, 3)
+    require_float("source", source, 3, 3)
     mask = None if source_lengths is None else padding_mask(source_lengths, source.shape[1])  # (B, 1, n)
     return layer(source, mask=mask)
 
@@ -203,7 +147,7 @@ def decoder_self_attention(layer: Attention, target: Tensor,
 
     target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
     """
-    require_rank("target", target, 3, 3)
+    require_float("target", target, 3, 3)
     m = target.shape[1]
     mask = causal_mask(m)  # (m, m)
     if target_lengths is not None:
@@ -217,8 +161,8 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
 
     target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
     """
-    require_rank("target", target, 3, 3)
-    require_rank("source", source, 3, 3)
+    require_float("target", target, 3, 3)
+    require_float("source", source, 3, 3)
     if target.shape[0] != source.shape[0]:
         raise ValueError(f"target {tuple(target.shape)} and source {tuple(source.shape)} need the same batch size B")
     mask = None if source_lengths is None else padding_mask(source_lengths, source.shape[1])  # (B, 1, n)
@@ -237,18 +181,16 @@ class AdditiveScorer(nn.Module):
 
     def __init__(self, d_q: int, d_k: int, d_hidden: int):
         super().__init__()
-        self.d_q, self.d_k, self.d_hidden = d_q, d_k, d_hidden
+        self.d_q, self.d_k, self.d_hidden = (require_count(n, w) for n, w in
+                                             (("d_q", d_q), ("d_k", d_k), ("d_hidden", d_hidden)))
         self.query = nn.Linear(d_q, d_hidden, bias=False)
         self.key = nn.Linear(d_k, d_hidden, bias=True)
         self.w = nn.Linear(d_hidden, 1, bias=False)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         for name, t, width in (("q", q, self.d_q), ("k", k, self.d_k)):
-            require_tensor(name, t)
-            require_float(name, t)
-            require_rank(name, t, 2)
-            if t.shape[-1] != width:
-                raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(t.shape)}")
+            require_float(name, t, min_rank=2)
+            require_width(name, t, width)
         broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
         # Project each query and key once, then pair them by broadcasting: (..., T, 1, h) + (..., 1, S, h).
         hidden = torch.tanh(self.query(q)[..., :, None, :] + self.key(k)[..., None, :, :])  # (..., T, S, h)
@@ -262,16 +204,12 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     q: (..., T, d_q), k: (..., S, d_k), v: (..., S, d_v), mask: bool broadcastable to (..., T, S).
     Returns (output (..., T, d_v), weights (..., T, S)).
     """
-    require_tensor("v", v)
-    require_rank("v", v, 2)
+    require_float("v", v, min_rank=2)
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(f"k and v must have the same number of positions S: k has shape {tuple(k.shape)}, "
                          f"v has shape {tuple(v.shape)}")
     scores = scorer(q, k)  # (..., T, S)
-    if mask is not None:
-        check_mask(mask, tuple(scores.shape))
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)  # (..., T, S)
+    weights = softmax(scores, mask=mask)  # (..., T, S)
     return weights @ v, weights  # (..., T, d_v)
 
 
@@ -307,9 +245,7 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 
 
 def _require_sequence_fn_input(x: Tensor) -> None:
-    require_tensor("x", x)
-    require_float("x", x)
-    require_rank("x", x, 2, 2)
+    require_float("x", x, 2, 2)
 
 
 def future_perturbation(fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0) -> Tensor:
@@ -354,54 +290,154 @@ def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
 # ------------------------------------------------------------------ break it: a decoder without its mask
 
 
-class TinyDecoder(nn.Module):
-    """Token + position embedding, one attention layer with a residual, a linear head to the vocabulary."""
+class Positions(nn.Module):
+    """Where a position scheme acts on an attention layer. This base class adds nothing.
 
-    def __init__(self, vocab: int, max_len: int, d_model: int, causal: bool):
+    add(x):         added to the token rows before attention (a table, learned or sinusoidal)
+    rotate(q, k):   turns queries and keys by their position (RoPE, lesson 04)
+    score_bias(T):  a (T, T) bias added to the scores (ALiBi, lesson 04), or None
+    With none of them, attention sees a set of tokens, not a sequence (lesson 03).
+    """
+
+    def add(self, x: Tensor) -> Tensor:
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def score_bias(self, T: int) -> Tensor | None:
+        return None
+
+
+class LearnedPositions(Positions):
+    """x + P[:T] with a learned (max_len, D) table (GPT-2 style); x: (..., T, D) -> (..., T, D).
+
+    Row p is trained only by sequences that reach position p; there is no row past max_len.
+    """
+
+    def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        self.causal = causal
-        self.tokens = nn.Embedding(vocab, d_model)
-        self.positions = nn.Embedding(max_len, d_model)
-        self.attention = Attention(d_model)
-        self.head = nn.Linear(d_model, vocab)
+        self.max_len, self.d_model = require_count("max_len", max_len), require_count("d_model", d_model)
+        self.table = nn.Embedding(max_len, d_model)
+
+    def add(self, x: Tensor) -> Tensor:
+        require_float("x", x, min_rank=2)
+        require_width("x", x, self.d_model)
+        require_length_fits(x.shape[-2], self.max_len, "learned position table")
+        return x + self.table.weight[: x.shape[-2]]  # (..., T, D)
+
+    forward = add
+
+
+def require_length_fits(T: int, max_len: int, table: str) -> None:
+    if T > max_len:
+        raise ValueError(
+            f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
+            f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
+
+
+@dataclass
+class TinyConfig:
+    """Everything that defines a TinyModel, flat, so one line of a notebook can change one thing."""
+
+    vocab_size: int = 8
+    max_len: int = 8
+    d_model: int = 32
+    causal: bool = True
+    positions: str = "learned"  # "none" or "learned"; lesson 04's tiny_model adds its own schemes
+    residual: bool = True
+    seed: int = 0  # the initial weights
+
+
+class TinyModel(nn.Module):
+    """The course's tiny model: token embedding, a position scheme, one attention head, a read-out.
+
+    ids: (B, T) integer tokens -> logits (B, T, vocab_size). The head is causal when
+    config.causal; `positions` (default: built from config.positions) says where position
+    information enters. The last forward's attention weights are kept in `last_weights`.
+    """
+
+    def __init__(self, config: TinyConfig, positions: Positions | None = None):
+        super().__init__()
+        self.config = config
+        require_count("vocab_size", config.vocab_size, minimum=2)
+        require_count("max_len", config.max_len)
+        require_count("d_model", config.d_model)
+        with torch.random.fork_rng():  # seeded initial weights; the caller's generator is left alone
+            torch.manual_seed(config.seed)
+            self.tokens = nn.Embedding(config.vocab_size, config.d_model)
+            if positions is None:
+                kind = require_choice("config.positions", config.positions, ("none", "learned"))
+                positions = LearnedPositions(config.max_len, config.d_model) if kind == "learned" else Positions()
+            self.positions = positions
+            self.attention = Attention(config.d_model, bias=True)
+            self.readout = nn.Linear(config.d_model, config.vocab_size)
+        self.last_weights: Tensor | None = None
 
     def forward(self, ids: Tensor) -> Tensor:
-        """ids: (B, T) integer tokens -> logits (B, T, vocab) for the token after each position."""
+        require_token_ids("ids", ids, self.config.vocab_size)
         T = ids.shape[-1]
-        x = self.tokens(ids) + self.positions.weight[:T]  # (B, T, D)
-        mask = causal_mask(T) if self.causal else None
-        return self.head(x + self.attention(x, mask=mask)[0])  # (B, T, vocab)
+        require_length_fits(T, self.config.max_len, "model")
+        x = self.positions.add(self.tokens(ids))  # (B, T, D)
+        mask = causal_mask(T) if self.config.causal else None
+        attended, weights = self.attention(x, mask=mask, bias=self.positions.score_bias(T),
+                                           rotate=self.positions.rotate)  # (B, T, D), (B, T, T)
+        self.last_weights = weights.detach()
+        return self.readout(x + attended if self.config.residual else attended)  # (B, T, vocab_size)
+
+
+def require_token_ids(name: str, ids: Tensor, vocab_size: int) -> None:
+    require_integer(name, ids, 2, 2)
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(ids.min())} "
+                         f"to {int(ids.max())} in {name} of shape {tuple(ids.shape)}")
+
+
+IGNORE = -100  # a target that no loss is taken on (F.cross_entropy's ignore_index)
+
+
+def train_tiny_model(model: TinyModel, make_batch: Callable[[torch.Generator], tuple[Tensor, Tensor]],
+                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool = False) -> list[float]:
+    """Train `model` in place on batches from make_batch(generator) -> (ids (B, T), targets (B, T)).
+
+    The loss is the cross-entropy of the model's logits at every position whose target is not
+    IGNORE. The data generator is seeded by `seed`. Returns every step's loss.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    vocab_size = model.config.vocab_size
+
+    def loss_of_step(_: int) -> Tensor:
+        ids, targets = make_batch(generator)
+        logits = model(ids)  # (B, T, vocab_size)
+        return nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), ignore_index=IGNORE)
+
+    return train(loss_of_step, model.parameters(), steps, lr, progress=progress)
 
 
 def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8, d_model: int = 32,
                      batch: int = 64, seed: int = 0) -> dict[str, float]:
-    """Train a TinyDecoder to predict the next token of uniformly random sequences.
+    """Train a TinyModel to predict the next token of uniformly random sequences.
 
     No model can beat a loss of ln(vocab) on such data when it only sees the past. Returns
     the last training loss and, on fresh sequences, two accuracies: teacher forcing (the
     whole sequence in view at once, as in training) and generation (position t predicted
     from the prefix of t+1 tokens alone: the future is not written yet).
     """
-    if steps < 1 or vocab < 2 or T < 2:
-        raise ValueError(f"need steps >= 1, vocab >= 2 and T >= 2, got steps={steps}, vocab={vocab}, T={T}")
-    gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng():  # seeded initial weights; the caller's generator is left alone
-        torch.manual_seed(seed)
-        model = TinyDecoder(vocab, T, d_model, causal)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
-    for _ in range(steps):
-        ids = torch.randint(vocab, (batch, T + 1), generator=gen)  # inputs ids[:, :T], targets ids[:, 1:]
-        logits = model(ids[:, :-1])  # (batch, T, vocab)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    require_count("vocab", vocab, minimum=2)
+    require_count("T", T, minimum=2)
+    model = TinyModel(TinyConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
+
+    def next_token_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        ids = torch.randint(vocab, (batch, T + 1), generator=generator)
+        return ids[:, :-1], ids[:, 1:]  # inputs, and the token after each of them
+
+    losses = train_tiny_model(model, next_token_batch, steps, seed=seed)
     with torch.no_grad():
-        ids = torch.randint(vocab, (256, T + 1), generator=gen)
+        ids = torch.randint(vocab, (256, T + 1), generator=torch.Generator().manual_seed(seed + 1))
         seen_whole = (model(ids[:, :-1]).argmax(-1) == ids[:, 1:]).float().mean().item()
         generated = torch.stack([model(ids[:, : t + 1])[:, -1].argmax(-1) for t in range(T)], dim=1)  # (256, T)
         generation = (generated == ids[:, 1:]).float().mean().item()
-    return {"train_loss": loss.item(), "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
+    return {"train_loss": losses[-1], "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
 
 
 # ------------------------------------------------------------------ a toy translation pair
@@ -446,7 +482,7 @@ def matching_layer(d_model: int, sharpness: float = 4.0) -> Attention:
     a word of unrelated meaning: a hand-set stand-in for what training would learn.
     Its parameters are frozen (requires_grad=False).
     """
-    require_positive("sharpness", float(sharpness))
+    require_number("sharpness", sharpness, positive=True)
     layer = Attention(d_model)
     factor = (sharpness * d_model ** 0.5) ** 0.5  # the layer divides by sqrt(d_k) = sqrt(d_model)
     with torch.no_grad():
@@ -462,15 +498,13 @@ def fit_additive_scorer(scorer: AdditiveScorer, q: Tensor, k: Tensor, target_wei
     q: (..., T, d_q), k: (..., S, d_k), target_weights: (..., T, S). The loss is the mean
     cross-entropy of the rows that have an allowed key; returns the last loss.
     """
-    optimizer = torch.optim.Adam(scorer.parameters(), lr=lr)
     target_weights = target_weights.detach()
     live = target_weights.sum(-1) > 0  # (..., T): rows with at least one allowed key
-    for _ in range(steps):
+
+    def loss_of_step(_: int) -> Tensor:
         scores = scorer(q, k)  # (..., T, S)
         if mask is not None:
             scores = scores.masked_fill(~mask, -1e9)  # finite, so log_softmax has no 0 * -inf terms
-        loss = -(target_weights * torch.log_softmax(scores, -1)).sum(-1)[live].mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return loss.item()
+        return -(target_weights * torch.log_softmax(scores, -1)).sum(-1)[live].mean()
+
+    return train(loss_of_step, scorer.parameters(), steps, lr)[-1]

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from ._checks import require_float, require_positive, require_rank, require_tensor
+from .guards import require_float, require_number, require_rank, require_tensor
 
 NORM_KINDS = ("batch", "layer", "rms")
 
@@ -295,7 +295,7 @@ def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_token
     loss = sum(h * g) for a fixed random upstream gradient g: the gradient that gets back
     through the sigmoid to everything below it, and that vanishes where the sigmoid is flat.
     """
-    require_positive("scale", scale)
+    require_number("scale", scale, positive=True)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n_tokens, d_in, generator=gen, dtype=torch.float64)
     w = torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * scale / d_in ** 0.5

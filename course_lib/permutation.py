@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from ._checks import require_float, require_rank, require_tensor
+from .guards import require_float, require_rank, require_tensor
 from .attention import scaled_dot_product_attention
 # The pieces other lessons own, used here as they are:
 from .masks import causal_mask  # lesson 02

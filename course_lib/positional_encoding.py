@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import require_float, require_positive, require_rank, require_tensor
+from .guards import require_float, require_number, require_rank, require_tensor
 from .attention import attention_scores, softmax
 from .masks import causal_mask
 
@@ -78,7 +78,7 @@ def frequencies(d_model: int, base: float = 10000.0) -> Tensor:
     radians per position, a wavelength of almost 2 pi * base positions.
     """
     _require_even_width("d_model", d_model)
-    require_positive("base", base)
+    require_number("base", base, positive=True)
     return float(base) ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, Attention,
-                              additive_attention, additive_mask, attention_with_bias, causal_mask, combine_masks,
+                              additive_attention, additive_mask, causal_mask, combine_masks,
                               cross_attention, decoder_self_attention, encoder_self_attention, fit_additive_scorer,
                               future_perturbation, influence_matrix, matching_layer, operations_per_score,
                               padding_mask, prefix_outputs, seconds_per_score, to_multihead_attention,
@@ -70,7 +70,7 @@ def test_additive_mask_matches_torch_float_attn_mask(dtype):
     gen = torch.Generator().manual_seed(3)
     q, k, v = random_qkv(gen, (2,), 5, 7, 8, 3, dtype)
     mask = random_mask(gen, (2, 5, 7))
-    ours, _ = attention_with_bias(q, k, v, additive_mask(mask, dtype))
+    ours, _ = scaled_dot_product_attention(q, k, v, bias=additive_mask(mask, dtype))
     theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask(mask, dtype))
     assert torch.allclose(ours, theirs, atol=TOL[dtype])
 
@@ -80,7 +80,7 @@ def test_additive_and_boolean_forms_give_identical_weights(dtype):
     gen = torch.Generator().manual_seed(4)
     q, k, v = random_qkv(gen, (3,), 6, 6, 8, 2, dtype)
     mask = random_mask(gen, (3, 6, 6))
-    assert torch.equal(attention_with_bias(q, k, v, additive_mask(mask, dtype))[1],
+    assert torch.equal(scaled_dot_product_attention(q, k, v, bias=additive_mask(mask, dtype))[1],
                        scaled_dot_product_attention(q, k, v, mask)[1])
 
 
@@ -92,7 +92,7 @@ def test_fully_masked_row_is_zeros_as_torch_sdpa_gives_and_never_nan():
     assert torch.equal(out[0, :2], torch.zeros(2, 3)) and torch.equal(weights[0, :2], torch.zeros(2, 4))
     assert not torch.isnan(out).any()
     assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
-    out_add, _ = attention_with_bias(q, k, v, additive_mask(mask))
+    out_add, _ = scaled_dot_product_attention(q, k, v, bias=additive_mask(mask))
     assert torch.equal(out_add[0, :2], torch.zeros(2, 3))
 
 
@@ -330,9 +330,11 @@ def test_decoder_without_mask_cheats_in_training_and_fails_at_generation():
 
 # ------------------------------------------------------------------ bad input
 
-@pytest.mark.parametrize("bad", [-1, 2.5, True])
-def test_causal_mask_rejects_bad_lengths(bad):
-    with pytest.raises(ValueError, match=f"T must be a non-negative int, got {bad!r}"):
+@pytest.mark.parametrize("bad,error,message", [(-1, ValueError, "T must be >= 0, got T=-1"),
+                                               (2.5, TypeError, "T must be an int, got float 2.5"),
+                                               (True, TypeError, "T must be an int, got bool True")])
+def test_causal_mask_rejects_bad_lengths(bad, error, message):
+    with pytest.raises(error, match=message):
         causal_mask(bad)
 
 
@@ -342,7 +344,7 @@ def test_padding_mask_rejects_lengths_longer_than_s():
 
 
 def test_padding_mask_rejects_negative_and_float_lengths():
-    with pytest.raises(ValueError, match="each length must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match="each length must be >= 0, got each length=-1"):
         padding_mask([3, -1], 4)
     with pytest.raises(TypeError, match=r"lengths must be a 1-D integer tensor, got dtype torch.float32 and shape \(2,\)"):
         padding_mask(torch.tensor([3.0, 1.0]), 4)
@@ -369,12 +371,12 @@ def test_additive_mask_and_torch_conversion_reject_non_boolean_masks():
         to_torch_mha_mask(torch.zeros(2, 2))
 
 
-def test_attention_with_bias_rejects_boolean_and_misshapen_bias():
+def test_attention_bias_rejects_boolean_and_misshapen_bias():
     q = torch.randn(3, 4)
     with pytest.raises(TypeError, match="bias must be a floating-point tensor, got dtype torch.bool"):
-        attention_with_bias(q, q, q, causal_mask(3))
+        scaled_dot_product_attention(q, q, q, bias=causal_mask(3))
     with pytest.raises(ValueError, match=r"bias of shape \(4, 3\) does not broadcast with scores of shape \(3, 3\)"):
-        attention_with_bias(q, q, q, torch.zeros(4, 3))
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 3))
 
 
 def test_attention_layer_rejects_wrong_widths_naming_the_shape():
@@ -430,7 +432,7 @@ def test_causality_helpers_want_one_sequence():
 def test_other_bad_arguments_are_named():
     with pytest.raises(ValueError, match="kind must be 'dot' or 'additive', got 'cosine'"):
         operations_per_score("cosine", 4)
-    with pytest.raises(ValueError, match="need steps >= 1, vocab >= 2 and T >= 2, got steps=0"):
+    with pytest.raises(ValueError, match="steps must be >= 1, got steps=0"):
         train_next_token(True, steps=0)
     with pytest.raises(ValueError, match="unknown word 'chien' or language 'DE'"):
         toy_embedding("chien", "DE")

@@ -1,0 +1,116 @@
+"""Input guards: the one place where course_lib turns bad input into a clear error.
+
+Every guard takes the argument's NAME first, then its value, and raises a TypeError (wrong
+kind of thing) or ValueError (right kind, wrong shape or value) whose message names the
+argument and what is wrong with it, so a learner never reads a trace from inside torch.
+A public function calls the guards it needs in its first lines; inner helpers trust them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def require_tensor(name: str, x: object, min_rank: int = 0, max_rank: int | None = None) -> Tensor:
+    """x must be a torch.Tensor with min_rank..max_rank dimensions; returns it."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    require_rank(name, x, min_rank, max_rank)
+    return x
+
+
+def require_float(name: str, x: object, min_rank: int = 0, max_rank: int | None = None) -> Tensor:
+    """x must be a floating-point tensor (float32 or float64 ...) with min_rank..max_rank dimensions."""
+    require_tensor(name, x, min_rank, max_rank)
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def require_integer(name: str, x: object, min_rank: int = 0, max_rank: int | None = None) -> Tensor:
+    """x must be a tensor of integer ids or indices (not float, not bool)."""
+    require_tensor(name, x, min_rank, max_rank)
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
+    return x
+
+
+def require_rank(name: str, x: Tensor, at_least: int, at_most: int | None = None) -> None:
+    if x.dim() < at_least or (at_most is not None and x.dim() > at_most):
+        wanted = f"{at_least}" if at_most == at_least else (
+            f"at least {at_least}" if at_most is None else f"{at_least} to {at_most}")
+        raise ValueError(f"{name} must have {wanted} dimensions, got shape {tuple(x.shape)}")
+
+
+def require_same_dtype(**tensors: Tensor | None) -> None:
+    """Every given tensor (None skipped) has the same dtype."""
+    given = {name: t.dtype for name, t in tensors.items() if t is not None}
+    if len(set(given.values())) > 1:
+        listed = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
+        raise TypeError(f"{', '.join(given)} must share one dtype, got {listed}")
+
+
+def require_dim(name: str, x: Tensor, dim: int) -> int:
+    """Return `dim` as a non-negative index, or raise if `x` has no such dimension."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(x.shape)}")
+    return dim % max(x.dim(), 1)
+
+
+def require_count(name: str, value: object, minimum: int = 1) -> int:
+    """value must be a plain int >= minimum (a size, a length, a number of steps)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
+    return value
+
+
+def require_number(name: str, value: object, positive: bool = False, non_negative: bool = False,
+                   at_most: float | None = None) -> float:
+    """value must be a finite real number (optionally > 0, >= 0, <= at_most); returns it as float."""
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.dtype == torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    if non_negative and not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    if at_most is not None and value > at_most:
+        raise ValueError(f"{name} must be at most {at_most}, got {value}")
+    return value
+
+
+def require_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def require_width(name: str, x: Tensor, width: int) -> None:
+    """x's last dimension must be `width` (a model or feature width)."""
+    if x.shape[-1] != width:
+        raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
+
+
+def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> torch.Size:
+    try:
+        return torch.broadcast_shapes(a, b)
+    except RuntimeError:
+        raise ValueError(f"{a_name} of shape {a} does not broadcast with {b_name} of shape {b}") from None
+
+
+def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_name: str) -> None:
+    """x must broadcast to `shape` without growing it (a mask or bias over the scores)."""
+    if broadcast_shape(name, tuple(x.shape), shape_name, shape) != torch.Size(shape):
+        raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the {shape_name}' "
+                         f"shape {tuple(shape)}")
