@@ -485,6 +485,17 @@ def test_normalization_widget_renders_every_setting_without_errors():
             assert "<svg" in view.view.value
     assert view.errors.outputs == ()
     view.controls["composition"].value = "alone (B = 1)"
+    view.controls["masked"].value, view.controls["padding"].value, view.controls["length"].value = False, 0, 1
+    assert "B = 1 sequence x 1 position = 1 real token + 0 pad tokens" in view.view.value
+    assert "come from <b>1 token</b>" in view.view.value
+    view.controls["composition"].value, view.controls["length"].value = "+1 similar sentence", 3
+    assert "B = 2 sequences x 3 positions = 6 real tokens" in view.view.value
+    for name in ("length", "padding"):  # the sliders cannot leave the precomputed table
+        slider = view.controls[name]
+        slider.value = slider.max + 5
+        assert slider.value == slider.max
+    assert view.errors.outputs == ()
+    view.controls["composition"].value = "alone (B = 1)"
     view.controls["masked"].value, view.controls["padding"].value, view.controls["length"].value = True, 3, 1
     assert "at least 2 tokens" in view.view.value
 
