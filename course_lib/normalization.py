@@ -10,6 +10,10 @@ Which entries share one mean and one variance:
     RMSNorm    like LayerNorm, but no mean is subtracted (only the root mean square divides)
 
 Padding masks follow the course convention: True = a real token, False = padding.
+
+Also here: why normalize (a sigmoid layer's saturation and gradient, sigmoid_layer_gradient),
+and where the norm goes in a Transformer block (ResidualBlock, post-LN or pre-LN, stacked by
+block_stack and measured through depth by depth_profile).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .attention import Attention  # lesson 01: the one attention layer, for the blocks of "where the norm goes"
+from .attention import Attention  # lesson 01: the attention of the blocks in "where the norm goes"
 from .guards import (require_choice, require_count, require_float, require_number, require_same_dtype,
                      require_tensor, require_width)
 
@@ -141,8 +145,9 @@ class BatchNorm(nn.Module):
         super().__init__()
         require_count("num_features", num_features)
         self.eps = require_number("eps", eps, non_negative=True)
-        self.momentum = None if momentum is None else require_number("momentum", momentum, non_negative=True,
-                                                                      at_most=1.0)
+        if momentum is not None:  # None = cumulative average, as in torch
+            momentum = require_number("momentum", momentum, non_negative=True, at_most=1.0)
+        self.momentum = momentum
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
         self.register_buffer("running_mean", torch.zeros(num_features))
@@ -152,7 +157,7 @@ class BatchNorm(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         require_width("x", require_tensor("x", x, min_rank=1), len(self.weight))  # names x, not weight
         momentum = self.momentum
-        if momentum is None:  # cumulative average: this batch gets weight 1 / (batches seen, this one included)
+        if momentum is None:  # cumulative average: this batch weighs 1 / (batches seen, this one included)
             momentum = 1.0 / (int(self.num_batches_tracked) + 1)
         out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          self.training, momentum, self.eps, mask)
@@ -299,9 +304,9 @@ class SigmoidLayerReading(NamedTuple):
 
 def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_tokens: int = 256,
                            d_in: int = 32, d_out: int = 32, seed: int = 0) -> SigmoidLayerReading:
-    """A sigmoid layer h = sigmoid(z) (or sigmoid(BatchNorm(z))), z = x W + shift, W's entries std scale/sqrt(d_in).
+    """A sigmoid layer h = sigmoid(z), or sigmoid(BatchNorm(z)), with z = x W + shift.
 
-    normalized=True puts a BatchNorm (batch statistics, gamma = 1, beta = 0) between z and the
+    W's entries have std scale / sqrt(d_in). normalized=True puts a BatchNorm (batch statistics, gamma = 1, beta = 0) between z and the
     sigmoid. x: (n_tokens, d_in) standard normal; loss = sum(h * g) for a fixed random upstream
     gradient g (n_tokens, d_out). The gradient is read at z and at W, BEFORE the norm, so the
     norm's division by sigma is counted: that is what reaches the weights and everything below.
@@ -356,7 +361,8 @@ class ResidualBlock(nn.Module):
         return self.norm2(x + self.ffn(x))
 
 
-def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256, seed: int = 0) -> nn.ModuleList:
+def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
+                seed: int = 0) -> nn.ModuleList:
     """`depth` ResidualBlocks at torch's default initialisation, float64, drawn from `seed`.
 
     The same seed gives the same weights for "post" and "pre", so only the norms' place differs.

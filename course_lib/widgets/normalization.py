@@ -53,9 +53,10 @@ def normalization_widget() -> LiveView:
 
     def render(composition: str, length: int, padding: int, masked: bool) -> str:
         entry = table[composition, length, padding, masked]
-        readout = (f"<p>Batch: B = {plural(entry['B'], 'sequence')} x {plural(entry['positions'], 'position')} = "
-                   f"{plural(entry['real'], 'real token')} + {plural(entry['pad'], 'pad token')}. "
-                   f"BatchNorm's mean and variance of each feature come from <b>{plural(entry['count'], 'token')}</b>"
+        shape = f"{plural(entry['B'], 'sequence')} x {plural(entry['positions'], 'position')}"
+        tokens = f"{plural(entry['real'], 'real token')} + {plural(entry['pad'], 'pad token')}"
+        readout = (f"<p>Batch: B = {shape} = {tokens}. BatchNorm's mean and variance of each feature "
+                   f"come from <b>{plural(entry['count'], 'token')}</b>"
                    f"{' (padding skipped)' if masked else ' (padding included)'}. "
                    "Watched token: <b>cat</b> (sequence 0, position 0).</p>")
         if entry["batch"] is None:
@@ -78,7 +79,8 @@ def normalization_widget() -> LiveView:
         "composition": widgets.Dropdown(options=list(COMPOSITIONS), value="+3 similar sentences",
                                         description="other rows"),
         "length": widgets.IntSlider(value=4, min=min(LENGTHS), max=max(LENGTHS), description="length T"),
-        "padding": widgets.IntSlider(value=0, min=min(PADDINGS), max=max(PADDINGS), description="pad / row"),
+        "padding": widgets.IntSlider(value=0, min=min(PADDINGS), max=max(PADDINGS),
+                                     description="pad / row"),
         "masked": widgets.Checkbox(value=False, description="BN skips padding"),
     }, render)
 
