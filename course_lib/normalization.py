@@ -306,8 +306,8 @@ def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_token
                            d_in: int = 32, d_out: int = 32, seed: int = 0) -> SigmoidLayerReading:
     """A sigmoid layer h = sigmoid(z), or sigmoid(BatchNorm(z)), with z = x W + shift.
 
-    W's entries have std scale / sqrt(d_in). normalized=True puts a BatchNorm (batch statistics, gamma = 1, beta = 0) between z and the
-    sigmoid. x: (n_tokens, d_in) standard normal; loss = sum(h * g) for a fixed random upstream
+    W's entries have std scale / sqrt(d_in). normalized=True puts a BatchNorm (batch statistics,
+    gamma = 1, beta = 0) between z and the sigmoid. x: (n_tokens, d_in) standard normal; loss = sum(h * g) for a fixed random upstream
     gradient g (n_tokens, d_out). The gradient is read at z and at W, BEFORE the norm, so the
     norm's division by sigma is counted: that is what reaches the weights and everything below.
     The same seed gives the same x, g and direction of W for every scale and shift.
@@ -383,9 +383,15 @@ def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[T
     token of the residual stream, the input then after each block; block_grads (depth,): norm of the
     gradient of each block's parameters).
     """
-    if not isinstance(blocks, nn.ModuleList) or not all(isinstance(b, ResidualBlock) for b in blocks):
-        raise TypeError("blocks must be an nn.ModuleList of ResidualBlock, as block_stack returns")
+    if (not isinstance(blocks, nn.ModuleList) or len(blocks) == 0
+            or not all(isinstance(b, ResidualBlock) for b in blocks)):
+        raise TypeError("blocks must be a non-empty nn.ModuleList of ResidualBlock, as block_stack returns")
+    if len({b.placement for b in blocks}) > 1:
+        raise ValueError("blocks mix post-LN and pre-LN; build them with one block_stack call")
     require_float("x", x, min_rank=2)
+    weights_dtype = next(blocks.parameters()).dtype
+    if x.dtype != weights_dtype:
+        raise TypeError(f"x has dtype {x.dtype} but the blocks' weights are {weights_dtype}; they must match")
     require_float("upstream", upstream, min_rank=2)
     require_same_dtype(x=x, upstream=upstream)
     require_width("x", x, blocks[0].attention.d_model)

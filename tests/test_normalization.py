@@ -458,8 +458,14 @@ def test_module_inputs_are_checked_at_the_entry_point():
         depth_profile(blocks, x, x[0])
     with pytest.raises(TypeError, match="x, upstream must share one dtype"):
         depth_profile(blocks, x, x.float())
-    with pytest.raises(TypeError, match="blocks must be an nn.ModuleList of ResidualBlock"):
+    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList of ResidualBlock"):
         depth_profile([blocks[0]], x, x)
+    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList"):
+        depth_profile(nn.ModuleList(), x, x)
+    with pytest.raises(ValueError, match="blocks mix post-LN and pre-LN"):
+        depth_profile(nn.ModuleList([blocks[0], block_stack("post", 1, 16, 32)[0]]), x, x)
+    with pytest.raises(TypeError, match="x has dtype torch.float32 but the blocks' weights are torch.float64"):
+        depth_profile(blocks, x.float(), x.float())
 
 
 def test_module_rejects_a_dtype_mismatch_before_touching_its_buffers():
