@@ -10,42 +10,40 @@ Which entries share one mean and one variance:
     RMSNorm    like LayerNorm, but no mean is subtracted (only the root mean square divides)
 
 Padding masks follow the course convention: True = a real token, False = padding.
+
+Also here: why normalize (a sigmoid layer's saturation and gradient, sigmoid_layer_gradient),
+and where the norm goes in a Transformer block (ResidualBlock, post-LN or pre-LN, stacked by
+block_stack and measured through depth by depth_profile).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from .guards import require_float, require_number, require_rank, require_tensor
+from .attention import Attention  # lesson 01: the attention of the blocks in "where the norm goes"
+from .guards import (require_choice, require_count, require_float, require_number, require_same_dtype,
+                     require_tensor, require_width)
 
 NORM_KINDS = ("batch", "layer", "rms")
+PLACEMENTS = ("post", "pre")
 
 
-# ---------------------------------------------------------------- input checks
+# ---------------------------------------------------------------- input checks shared by the norms
 
-def _check_x(x: Tensor, name: str = "x", min_rank: int = 2) -> None:
-    """BatchNorm needs at least (N, D) (an axis of tokens to average over); Layer/RMSNorm accept (D,)."""
-    require_tensor(name, x)
-    require_float(name, x)
-    require_rank(name, x, min_rank)
-
-
-def _check_vector(name: str, v: Tensor | None, x: Tensor) -> None:
-    """A per-feature vector (gamma, beta, running statistics) must be (D,) and share x's dtype."""
-    if v is None:
-        return
-    require_tensor(name, v)
-    if v.shape != (x.shape[-1],):
-        raise ValueError(f"{name} must have shape (D,) = ({x.shape[-1]},) to match x's last dimension: "
-                         f"{name} has shape {tuple(v.shape)}, x has shape {tuple(x.shape)}")
-    if v.dtype != x.dtype:
-        raise TypeError(f"{name} has dtype {v.dtype} but x has dtype {x.dtype}; they must match")
+def _check_per_feature(x: Tensor, **vectors: Tensor | None) -> None:
+    """gamma, beta and running statistics are float vectors (D,) with x's dtype; None is skipped."""
+    for name, v in vectors.items():
+        if v is not None:
+            require_float(name, v, 1, 1)
+            require_width(name, v, x.shape[-1])
+    require_same_dtype(x=x, **vectors)
 
 
 def _check_mask(mask: Tensor | None, x: Tensor) -> None:
+    """A padding mask is bool with x's shape minus the feature axis (True = real token)."""
     if mask is None:
         return
     require_tensor("mask", mask)
@@ -56,23 +54,16 @@ def _check_mask(mask: Tensor | None, x: Tensor) -> None:
                          f"mask has shape {tuple(mask.shape)}, x has shape {tuple(x.shape)}")
 
 
-def _check_eps(eps: float) -> float:
-    eps = float(eps)
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
-    return eps
-
-
 # ---------------------------------------------------------------- BatchNorm
 
 def batch_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
     """Per-feature mean and (biased) variance over every token of the batch.
 
-    x: (..., D); mask: bool (...), True = real token, or None = every token counts.
+    x: (..., D), at least (N, D); mask: bool (...), True = real token, or None = every token counts.
     Returns mean (D,), var (D,) and the number of tokens the statistics were taken over.
     The variance divides by that count n (not n - 1), as BatchNorm's normalization does.
     """
-    _check_x(x)
+    require_float("x", x, min_rank=2)
     _check_mask(mask, x)
     flat = x.reshape(-1, x.shape[-1])  # (N, D): every token of every sequence is one row
     if mask is not None:
@@ -87,7 +78,10 @@ def batch_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Ten
 
 
 def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float) -> Tensor:
-    """(x - mean) / sqrt(var + eps); mean and var broadcast against x."""
+    """(x - mean) / sqrt(var + eps); mean and var broadcast against x (any shapes)."""
+    for name, t in (("x", x), ("mean", mean), ("var", var)):
+        require_float(name, t)
+    eps = require_number("eps", eps, non_negative=True)
     return (x - mean) / torch.sqrt(var + eps)
 
 
@@ -103,16 +97,18 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     training=False: normalize with running_mean and running_var; nothing is updated.
     mask: bool (...), True = real token; padding is left out of the batch statistics.
     """
-    _check_x(x)
-    for name, v in (("running_mean", running_mean), ("running_var", running_var),
-                    ("weight", weight), ("bias", bias)):
-        _check_vector(name, v, x)
+    require_float("x", x, min_rank=2)
+    _check_per_feature(x, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     _check_mask(mask, x)
-    eps = _check_eps(eps)
+    eps = require_number("eps", eps, non_negative=True)
+    momentum = require_number("momentum", momentum, non_negative=True, at_most=1.0)
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be True or False, got {type(training).__name__} {training!r}")
     if (running_mean is None) != (running_var is None):
         raise ValueError("give both running_mean and running_var, or neither")
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+    if running_var is not None and bool((running_var < 0).any()):
+        raise ValueError(f"running_var must be >= 0 (it is a variance), got smallest value "
+                         f"{float(running_var.min()):g}")
     if training:
         mean, var, count = batch_statistics(x, mask)
         if count < 2:
@@ -130,7 +126,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         if running_mean is None:
             raise ValueError("batch_norm in eval mode (training=False) needs running_mean and running_var")
         mean, var = running_mean, running_var
-    out = normalize(x, mean, var, eps)  # (..., D)
+    out = (x - mean) / torch.sqrt(var + eps)  # (..., D)
     if weight is not None:
         out = out * weight
     if bias is not None:
@@ -147,9 +143,11 @@ class BatchNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1):
         super().__init__()
-        if num_features < 1:
-            raise ValueError(f"num_features must be >= 1, got {num_features}")
-        self.eps, self.momentum = _check_eps(eps), momentum
+        require_count("num_features", num_features)
+        self.eps = require_number("eps", eps, non_negative=True)
+        if momentum is not None:  # None = cumulative average, as in torch
+            momentum = require_number("momentum", momentum, non_negative=True, at_most=1.0)
+        self.momentum = momentum
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
         self.register_buffer("running_mean", torch.zeros(num_features))
@@ -157,8 +155,9 @@ class BatchNorm(nn.Module):
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        require_width("x", require_tensor("x", x, min_rank=1), len(self.weight))  # names x, not weight
         momentum = self.momentum
-        if momentum is None:  # cumulative average: this batch gets weight 1 / (batches seen, this one included)
+        if momentum is None:  # cumulative average: this batch weighs 1 / (batches seen, this one included)
             momentum = 1.0 / (int(self.num_batches_tracked) + 1)
         out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          self.training, momentum, self.eps, mask)
@@ -176,13 +175,12 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     x: (..., D) -> (..., D). Each token is centered and scaled by its own mean and (biased)
     variance over its D features; no other token and no running statistic is involved.
     """
-    _check_x(x, min_rank=1)
-    for name, v in (("weight", weight), ("bias", bias)):
-        _check_vector(name, v, x)
-    eps = _check_eps(eps)
+    require_float("x", x, min_rank=1)
+    _check_per_feature(x, weight=weight, bias=bias)
+    eps = require_number("eps", eps, non_negative=True)
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1)
-    out = normalize(x, mean, var, eps)
+    out = (x - mean) / torch.sqrt(var + eps)
     if weight is not None:
         out = out * weight
     if bias is not None:
@@ -196,9 +194,9 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) 
     x: (..., D) -> (..., D): x / sqrt(mean(x^2) + eps) * weight. No mean is subtracted and
     there is no bias. eps=None uses torch.finfo(x.dtype).eps, as torch does.
     """
-    _check_x(x, min_rank=1)
-    _check_vector("weight", weight, x)
-    eps = torch.finfo(x.dtype).eps if eps is None else _check_eps(eps)
+    require_float("x", x, min_rank=1)
+    _check_per_feature(x, weight=weight)
+    eps = torch.finfo(x.dtype).eps if eps is None else require_number("eps", eps, non_negative=True)
     mean_square = (x ** 2).mean(dim=-1, keepdim=True)  # (..., 1)
     out = x / torch.sqrt(mean_square + eps)
     return out * weight if weight is not None else out
@@ -209,11 +207,13 @@ class LayerNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5):
         super().__init__()
-        self.eps = _check_eps(eps)
+        require_count("num_features", num_features)
+        self.eps = require_number("eps", eps, non_negative=True)
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
 
     def forward(self, x: Tensor) -> Tensor:
+        require_width("x", require_tensor("x", x, min_rank=1), len(self.weight))  # names x, not weight
         return layer_norm(x, self.weight, self.bias, self.eps)
 
 
@@ -222,10 +222,12 @@ class RMSNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float | None = None):
         super().__init__()
-        self.eps = eps
+        require_count("num_features", num_features)
+        self.eps = None if eps is None else require_number("eps", eps, non_negative=True)
         self.weight = nn.Parameter(torch.ones(num_features))
 
     def forward(self, x: Tensor) -> Tensor:
+        require_width("x", require_tensor("x", x, min_rank=1), len(self.weight))  # names x, not weight
         return rms_norm(x, self.weight, self.eps)
 
 
@@ -234,13 +236,12 @@ def normalize_tokens(kind: str, x: Tensor, mask: Tensor | None = None, eps: floa
 
     mask (bool (...), True = real) only matters for "batch": it keeps padding out of the statistics.
     """
+    require_choice("kind", kind, NORM_KINDS)
     if kind == "batch":
         return batch_norm(x, None, None, training=True, eps=eps, mask=mask)
-    if kind == "layer":
-        return layer_norm(x, eps=eps)
-    if kind == "rms":
-        return rms_norm(x, eps=eps)
-    raise ValueError(f"kind must be one of {NORM_KINDS}, got {kind!r}")
+    if mask is not None:
+        raise ValueError(f"mask only applies to kind='batch': {kind} norm takes no statistics across tokens")
+    return layer_norm(x, eps=eps) if kind == "layer" else rms_norm(x, eps=eps)
 
 
 # ---------------------------------------------------------------- what shares statistics
@@ -251,10 +252,14 @@ def dependence_mask(fn: Callable[[Tensor], Tensor], x: Tensor, index: tuple[int,
     x: any shape; fn maps it to the same shape. Returns a bool tensor shaped like x, True where
     d fn(x)[index] / d x is not zero: for a normalization, the slice that shares its statistics.
     """
-    require_tensor("x", x)
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of x, got {type(fn).__name__}")
     require_float("x", x)
-    if len(index) != x.dim() or any(not -n <= i < n for i, n in zip(index, x.shape)):
-        raise ValueError(f"index {index} does not address one entry of x with shape {tuple(x.shape)}")
+    if (not isinstance(index, tuple) or len(index) != x.dim()
+            or any(isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n
+                   for i, n in zip(index, x.shape))):
+        raise ValueError(f"index {index!r} does not address one entry of x with shape {tuple(x.shape)}: "
+                         f"give a tuple of {x.dim()} ints")
     x = x.detach().clone().requires_grad_(True)
     fn(x)[index].backward()
     return x.grad != 0
@@ -262,10 +267,15 @@ def dependence_mask(fn: Callable[[Tensor], Tensor], x: Tensor, index: tuple[int,
 
 def expected_slice(kind: str, shape: tuple[int, int, int], b: int, t: int, d: int) -> Tensor:
     """The textbook answer for a (B, T, D) block: True on the entries sharing entry (b, t, d)'s statistics."""
-    if kind not in NORM_KINDS:
-        raise ValueError(f"kind must be one of {NORM_KINDS}, got {kind!r}")
-    if len(shape) != 3:
-        raise ValueError(f"shape must be (B, T, D), got {shape}")
+    require_choice("kind", kind, NORM_KINDS)
+    if not isinstance(shape, tuple) or len(shape) != 3:
+        raise ValueError(f"shape must be (B, T, D), got {shape!r}")
+    for name, size in zip(("B", "T", "D"), shape):
+        require_count(f"shape's {name}", size)
+    for name, i, n in (("b", b, shape[0]), ("t", t, shape[1]), ("d", d, shape[2])):
+        require_count(name, i, minimum=0)
+        if i >= n:
+            raise ValueError(f"{name}={i} is outside the block of shape {shape}")
     out = torch.zeros(shape, dtype=torch.bool)
     if kind == "batch":
         out[:, :, d] = True  # one feature, every token of every sequence
@@ -278,35 +288,124 @@ def expected_slice(kind: str, shape: tuple[int, int, int], b: int, t: int, d: in
 
 def sigmoid_slope(z: Tensor) -> Tensor:
     """d sigmoid(z) / dz, computed by autograd (it equals sigmoid(z) * (1 - sigmoid(z))); same shape as z."""
-    require_tensor("z", z)
     require_float("z", z)
     z = z.detach().clone().requires_grad_(True)
     torch.sigmoid(z).sum().backward()
     return z.grad
 
 
-def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_tokens: int = 256,
-                           d_in: int = 32, d_out: int = 32, seed: int = 0) -> tuple[float, float, float]:
-    """A sigmoid layer h = sigmoid(z), z = x W + shift, with W's entries of std scale / sqrt(d_in).
+class SigmoidLayerReading(NamedTuple):
+    """What one sigmoid layer measures; see sigmoid_layer_gradient."""
+    saturated: float  # share of the sigmoid's inputs with |.| > 4, where its slope is below 0.018
+    slope: float  # mean slope of the sigmoid over those inputs
+    grad_z: float  # mean norm per token of d loss / dz, z = x W + shift (before any norm)
+    grad_w: float  # norm of d loss / dW
 
-    normalized=True puts a BatchNorm (batch statistics, gamma = 1, beta = 0) between z and the
-    sigmoid. x: (n_tokens, d_in) standard normal. Returns (share of sigmoid inputs with |.| > 4,
-    their mean sigmoid slope, mean norm per token of d loss / d(sigmoid input)), where
-    loss = sum(h * g) for a fixed random upstream gradient g: the gradient that gets back
-    through the sigmoid to everything below it, and that vanishes where the sigmoid is flat.
+
+def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_tokens: int = 256,
+                           d_in: int = 32, d_out: int = 32, seed: int = 0) -> SigmoidLayerReading:
+    """A sigmoid layer h = sigmoid(z), or sigmoid(BatchNorm(z)), with z = x W + shift.
+
+    W's entries have std scale / sqrt(d_in). normalized=True puts a BatchNorm (batch statistics,
+    gamma = 1, beta = 0) between z and the sigmoid. x: (n_tokens, d_in) standard normal; loss = sum(h * g) for a fixed random upstream
+    gradient g (n_tokens, d_out). The gradient is read at z and at W, BEFORE the norm, so the
+    norm's division by sigma is counted: that is what reaches the weights and everything below.
+    The same seed gives the same x, g and direction of W for every scale and shift.
     """
-    require_number("scale", scale, positive=True)
+    scale = require_number("scale", scale, positive=True)
+    shift = require_number("shift", shift)
+    if not isinstance(normalized, bool):
+        raise TypeError(f"normalized must be True or False, got {type(normalized).__name__} {normalized!r}")
+    for name, size in (("n_tokens", n_tokens), ("d_in", d_in), ("d_out", d_out)):
+        require_count(name, size, minimum=2 if name == "n_tokens" else 1)
+    require_count("seed", seed, minimum=0)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n_tokens, d_in, generator=gen, dtype=torch.float64)
     w = torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * scale / d_in ** 0.5
     upstream = torch.randn(n_tokens, d_out, generator=gen, dtype=torch.float64)
+    w.requires_grad_(True)
     z = x @ w + shift  # (n_tokens, d_out)
-    if normalized:
-        z = batch_norm(z, None, None, training=True)
-    z = z.requires_grad_(True)
-    (torch.sigmoid(z) * upstream).sum().backward()
-    return ((z.detach().abs() > 4).double().mean().item(), sigmoid_slope(z).mean().item(),
-            z.grad.norm(dim=-1).mean().item())
+    z.retain_grad()
+    into_sigmoid = batch_norm(z, None, None, training=True) if normalized else z
+    (torch.sigmoid(into_sigmoid) * upstream).sum().backward()
+    into_sigmoid = into_sigmoid.detach()
+    return SigmoidLayerReading((into_sigmoid.abs() > 4).double().mean().item(),
+                               sigmoid_slope(into_sigmoid).mean().item(),
+                               z.grad.norm(dim=-1).mean().item(), w.grad.norm().item())
+
+
+# ---------------------------------------------------------------- where the norm goes: post-LN vs pre-LN
+
+class ResidualBlock(nn.Module):
+    """One attention head and a small ReLU FFN, each on a residual branch, LayerNorm after or before.
+
+    placement "post" (the 2017 Transformer): x = LN(x + attn(x)), then x = LN(x + ffn(x)).
+    placement "pre"  (GPT-2, nanoGPT):       x = x + attn(LN(x)), then x = x + ffn(LN(x)).
+    x: (..., T, D) -> (..., T, D). No mask: every token sees every token.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, placement: str):
+        super().__init__()
+        require_count("d_model", d_model)
+        require_count("d_ff", d_ff)
+        self.placement = require_choice("placement", placement, PLACEMENTS)
+        self.attention = Attention(d_model)
+        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.placement == "pre":  # the residual stream itself is never normalized
+            x = x + self.attention(self.norm1(x))[0]
+            return x + self.ffn(self.norm2(x))
+        x = self.norm1(x + self.attention(x)[0])  # every sum goes through a LayerNorm
+        return self.norm2(x + self.ffn(x))
+
+
+def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
+                seed: int = 0) -> nn.ModuleList:
+    """`depth` ResidualBlocks at torch's default initialisation, float64, drawn from `seed`.
+
+    The same seed gives the same weights for "post" and "pre", so only the norms' place differs.
+    The global random state is left as it was.
+    """
+    require_count("depth", depth)
+    require_count("seed", seed, minimum=0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return nn.ModuleList(ResidualBlock(d_model, d_ff, placement) for _ in range(depth)).double()
+
+
+def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[Tensor, Tensor]:
+    """Run x through the blocks, then back-propagate loss = sum(out * upstream).
+
+    x, upstream: (..., T, D) float64. A pre-LN stack ends with a final LayerNorm (as GPT-2's ln_f),
+    a post-LN stack's output is already normalized. Returns (stream_norms (depth + 1,): mean norm per
+    token of the residual stream, the input then after each block; block_grads (depth,): norm of the
+    gradient of each block's parameters).
+    """
+    if (not isinstance(blocks, nn.ModuleList) or len(blocks) == 0
+            or not all(isinstance(b, ResidualBlock) for b in blocks)):
+        raise TypeError("blocks must be a non-empty nn.ModuleList of ResidualBlock, as block_stack returns")
+    if len({b.placement for b in blocks}) > 1:
+        raise ValueError("blocks mix post-LN and pre-LN; build them with one block_stack call")
+    require_float("x", x, min_rank=2)
+    weights_dtype = next(blocks.parameters()).dtype
+    if x.dtype != weights_dtype:
+        raise TypeError(f"x has dtype {x.dtype} but the blocks' weights are {weights_dtype}; they must match")
+    require_float("upstream", upstream, min_rank=2)
+    require_same_dtype(x=x, upstream=upstream)
+    require_width("x", x, blocks[0].attention.d_model)
+    if upstream.shape != x.shape:
+        raise ValueError(f"upstream must have x's shape {tuple(x.shape)}, got {tuple(upstream.shape)}")
+    blocks.zero_grad(set_to_none=True)
+    stream, norms = x, [x.norm(dim=-1).mean()]
+    for block in blocks:
+        stream = block(stream)  # (..., T, D)
+        norms.append(stream.norm(dim=-1).mean())
+    out = layer_norm(stream) if blocks[0].placement == "pre" else stream
+    (out * upstream).sum().backward()
+    grads = [torch.cat([p.grad.flatten() for p in block.parameters()]).norm() for block in blocks]
+    return torch.stack(norms).detach(), torch.stack(grads)
 
 
 # ---------------------------------------------------------------- lesson data: a toy batch of sentences
@@ -350,10 +449,12 @@ def toy_batch(others: list[str], length: int, padding: int = 0) -> tuple[Tensor,
     Returns x (B, length + padding, D) with B = 1 + len(others), mask (B, length + padding)
     (True = real token) and the token strings per sequence. x[0, 0] is always "cat".
     """
-    if not 1 <= length <= 8:
+    if not isinstance(others, (list, tuple)) or not all(isinstance(s, str) for s in others):
+        raise TypeError(f"others must be a list of sentences (str), got {others!r}")
+    require_count("length", length)
+    if length > 8:
         raise ValueError(f"length must be between 1 and 8 (the sentences have 8 tokens), got {length}")
-    if padding < 0:
-        raise ValueError(f"padding must be >= 0, got {padding}")
+    require_count("padding", padding, minimum=0)
     rows = [s.split()[:length] + [PAD] * padding for s in [WATCHED, *others]]
     unknown = sorted({w for r in rows for w in r} - VOCABULARY.keys())
     if unknown:

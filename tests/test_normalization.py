@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.normalization import (COMPOSITIONS, PAD, BatchNorm, LayerNorm, RMSNorm, batch_norm,
-                                      batch_statistics, dependence_mask, expected_slice, layer_norm,
-                                      normalize_tokens, rms_norm, sigmoid_layer_gradient, sigmoid_slope,
-                                      toy_batch)
+from course_lib.normalization import (COMPOSITIONS, PAD, BatchNorm, LayerNorm, RMSNorm, ResidualBlock,
+                                      batch_norm, batch_statistics, block_stack, dependence_mask,
+                                      depth_profile, expected_slice, layer_norm, normalize, normalize_tokens,
+                                      rms_norm, sigmoid_layer_gradient, sigmoid_slope, toy_batch)
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
@@ -129,8 +129,10 @@ def test_gamma_and_beta_are_learnable_parameters_that_can_undo_the_normalization
     x = torch.randn(10, 4, dtype=torch.float64) * 3 + 1
     (layer.double()(x) ** 3).sum().backward()
     assert layer.weight.grad.abs().min() > 0 and layer.bias.grad.abs().min() > 0
-    mean, var, _ = batch_statistics(x)
+    mean, var = x.mean(0), x.var(0, unbiased=False)  # torch's own statistics of this batch
     torch.testing.assert_close(batch_norm(x, None, None, torch.sqrt(var + 1e-5), mean), x)
+    other = torch.randn(10, 4, dtype=torch.float64) * 3 + 1  # the same gamma and beta on another batch
+    assert (batch_norm(other, None, None, torch.sqrt(var + 1e-5), mean) - other).abs().max() > 0.1
 
 
 def test_masked_batch_statistics_equal_those_of_the_real_tokens_only():
@@ -160,7 +162,7 @@ def test_padding_shifts_batchnorm_statistics_unless_masked():
     clean, _, _ = toy_batch(others, 4, 0)
     padded, mask, rows = toy_batch(others, 4, 3)
     assert rows[0][-1] == PAD and int((~mask).sum()) == 4 * 3
-    mean_clean = batch_statistics(clean)[0]
+    mean_clean = clean.reshape(-1, clean.shape[-1]).mean(0)  # (D,), computed without course_lib
     assert (batch_statistics(padded)[0] - mean_clean).abs().max() > 0.3
     torch.testing.assert_close(batch_statistics(padded, mask)[0], mean_clean)
     torch.testing.assert_close(normalize_tokens("batch", padded, mask)[:, :4], normalize_tokens("batch", clean))
@@ -269,12 +271,82 @@ def test_sigmoid_slope_is_sigmoid_times_one_minus_sigmoid():
     torch.testing.assert_close(sigmoid_slope(z), torch.sigmoid(z) * (1 - torch.sigmoid(z)))
 
 
-def test_saturated_sigmoid_layer_has_a_small_gradient_and_batchnorm_restores_it():
-    raw_share, raw_slope, raw_grad = sigmoid_layer_gradient(1.0, 5.0, normalized=False)
-    norm_share, norm_slope, norm_grad = sigmoid_layer_gradient(1.0, 5.0, normalized=True)
-    assert raw_share > 0.5 and norm_share < 0.01
-    assert raw_slope < norm_slope / 10 and raw_grad < norm_grad / 10
-    assert abs(sigmoid_layer_gradient(16.0, 0.0, True)[2] - norm_grad) < 1e-4 * norm_grad  # equal up to eps
+def test_a_shift_saturates_the_raw_sigmoid_layer_and_batchnorm_removes_it():
+    raw, normed = sigmoid_layer_gradient(1.0, 5.0, normalized=False), sigmoid_layer_gradient(1.0, 5.0, normalized=True)
+    assert raw.saturated > 0.5 and normed.saturated < 0.01
+    assert raw.slope < normed.slope / 10 and raw.grad_z < normed.grad_z / 10 and raw.grad_w < normed.grad_w / 10
+    unshifted = sigmoid_layer_gradient(1.0, 0.0, normalized=True)
+    assert abs(normed.grad_z - unshifted.grad_z) < 1e-9 * unshifted.grad_z  # BatchNorm subtracts the shift exactly
+
+
+def test_batchnorm_makes_the_gradient_at_z_and_w_shrink_as_one_over_the_weight_scale():
+    base = sigmoid_layer_gradient(1.0, 0.0, normalized=True)
+    for scale in (2.0, 4.0, 16.0):
+        got = sigmoid_layer_gradient(scale, 0.0, normalized=True)
+        assert got.saturated == base.saturated  # the sigmoid sees the same inputs at every scale
+        assert abs(got.grad_z * scale / base.grad_z - 1) < 1e-3 and abs(got.grad_w * scale / base.grad_w - 1) < 1e-3
+    raw = sigmoid_layer_gradient(16.0, 0.0, normalized=False)  # without a norm there is no such law:
+    assert raw.saturated > 0.5 and raw.grad_z * 16 > 3 * base.grad_z  # saturation, not 1/scale, cuts it
+
+
+def test_the_gradient_is_read_before_the_norm_so_batchnorm_s_division_counts():
+    """Independent computation: d loss / dz through F.batch_norm, with z built the same way."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 32, generator=gen, dtype=torch.float64)
+    w = torch.randn(32, 32, generator=gen, dtype=torch.float64) * 4.0 / 32 ** 0.5
+    upstream = torch.randn(256, 32, generator=gen, dtype=torch.float64)
+    z = (x @ w).requires_grad_(True)
+    (torch.sigmoid(F.batch_norm(z, None, None, training=True)) * upstream).sum().backward()
+    want = z.grad.norm(dim=-1).mean().item()
+    assert abs(sigmoid_layer_gradient(4.0, 0.0, normalized=True).grad_z - want) < 1e-9 * want
+
+
+# ---------------------------------------------------------------- where the norm goes
+
+def residual_input(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(4, 8, 32, generator=gen, dtype=torch.float64),
+            torch.randn(4, 8, 32, generator=gen, dtype=torch.float64))
+
+
+def test_residual_block_is_the_textbook_post_ln_and_pre_ln_formula():
+    x, _ = residual_input()
+    post, pre = block_stack("post", 1, 32, 64, seed=3)[0], block_stack("pre", 1, 32, 64, seed=3)[0]
+    ln = lambda v: F.layer_norm(v, (32,))  # torch's own, with gamma = 1 and beta = 0 as at initialisation
+    attend = lambda v: post.attention(v)[0]
+    mid = ln(x + attend(x))
+    torch.testing.assert_close(post(x), ln(mid + post.ffn(mid)))
+    mid = x + pre.attention(ln(x))[0]
+    torch.testing.assert_close(pre(x), mid + pre.ffn(ln(mid)))
+    assert all(torch.equal(p, q) for p, q in zip(post.parameters(), pre.parameters()))  # same seed, same weights
+
+
+def test_post_ln_stream_keeps_norm_sqrt_d_and_pre_ln_stream_grows():
+    x, upstream = residual_input()
+    post_norms, post_grads = depth_profile(block_stack("post", 12, 32, 64), x, upstream)
+    pre_norms, pre_grads = depth_profile(block_stack("pre", 12, 32, 64), x, upstream)
+    assert (post_norms[1:] - 32 ** 0.5).abs().max() < 1e-3
+    assert pre_norms[-1] > 1.3 * pre_norms[0] and bool((pre_norms[4::4] > pre_norms[:-4:4]).all())
+    assert post_grads.shape == pre_grads.shape == (12,) and bool((post_grads > 0).all())
+
+
+def test_depth_profile_gradients_match_autograd_by_hand():
+    x, upstream = residual_input()
+    blocks = block_stack("pre", 3, 32, 64)
+    _, grads = depth_profile(blocks, x, upstream)
+    blocks.zero_grad(set_to_none=True)
+    out = x
+    for block in blocks:
+        out = block(out)
+    (F.layer_norm(out, (32,)) * upstream).sum().backward()
+    want = torch.stack([torch.cat([p.grad.flatten() for p in b.parameters()]).norm() for b in blocks])
+    torch.testing.assert_close(grads, want)
+
+
+def test_block_stack_leaves_the_global_random_state_alone():
+    before = torch.random.get_rng_state()
+    block_stack("post", 2, 16, 32)
+    assert torch.equal(before, torch.random.get_rng_state())
 
 
 # ---------------------------------------------------------------- bad input
@@ -283,15 +355,13 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
     x = torch.randn(2, 3, 4)
     with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
         layer_norm([[1.0, 2.0]])
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        batch_norm(torch.ones(3, 4, dtype=torch.long), None, None)
     with pytest.raises(ValueError, match=r"x must have at least 2 dimensions, got shape \(4,\)"):
         batch_norm(torch.randn(4), None, None)
-    with pytest.raises(ValueError, match=r"weight must have shape \(D,\) = \(4,\).*weight has shape \(3,\), x has shape \(2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"weight must have last dimension 4, got shape \(3,\)"):
         layer_norm(x, torch.ones(3))
-    with pytest.raises(ValueError, match=r"running_var must have shape \(D,\) = \(4,\).*\(4, 1\)"):
+    with pytest.raises(ValueError, match=r"running_var must have 1 dimensions, got shape \(4, 1\)"):
         batch_norm(x, torch.zeros(4), torch.ones(4, 1))
-    with pytest.raises(TypeError, match="bias has dtype torch.float64 but x has dtype torch.float32"):
+    with pytest.raises(TypeError, match="x, bias must share one dtype, got x torch.float32, bias torch.float64"):
         layer_norm(x, None, torch.zeros(4, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"mask must have x's shape without the feature axis, \(2, 3\): mask has shape \(2, 4\)"):
         batch_statistics(x, torch.ones(2, 4, dtype=torch.bool))
@@ -301,23 +371,107 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         batch_norm(x, torch.zeros(4), None)
     with pytest.raises(ValueError, match="eval mode .* needs running_mean and running_var"):
         batch_norm(x, None, None, training=False)
-    with pytest.raises(ValueError, match=r"momentum must be in \[0, 1\], got 1.5"):
-        batch_norm(x, torch.zeros(4), torch.ones(4), momentum=1.5)
-    with pytest.raises(ValueError, match="eps must be >= 0, got -1.0"):
-        rms_norm(x, eps=-1.0)
     with pytest.raises(ValueError, match="kind must be one of"):
         normalize_tokens("group", x)
+    with pytest.raises(ValueError, match="mask only applies to kind='batch'"):
+        normalize_tokens("layer", x, torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"index \(0, 5, 0\) does not address one entry of x with shape \(2, 3, 4\)"):
         dependence_mask(layer_norm, x, (0, 5, 0))
+    with pytest.raises(ValueError, match=r"d=6 is outside the block of shape \(2, 3, 4\)"):
+        expected_slice("layer", (2, 3, 4), 0, 0, 6)
     with pytest.raises(ValueError, match="length must be between 1 and 8"):
         toy_batch([], 9)
-    with pytest.raises(ValueError, match="num_features must be >= 1, got 0"):
-        BatchNorm(0)
+    with pytest.raises(ValueError, match="padding must be >= 0, got padding=-1"):
+        toy_batch([], 4, -1)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda x: batch_norm(x, None, None, eps="0.1"), TypeError, "eps must be a number, got str '0.1'"),
+    (lambda x: layer_norm(x, eps=float("nan")), ValueError, "eps must be finite, got nan"),
+    (lambda x: rms_norm(x, eps=-1.0), ValueError, "eps must be >= 0, got -1.0"),
+    (lambda x: rms_norm(x, eps=True), TypeError, "eps must be a number, got bool True"),
+    (lambda x: normalize(x, x.mean(), x.var(), "tiny"), TypeError, "eps must be a number, got str"),
+    (lambda x: batch_norm(x, torch.zeros(4), torch.ones(4), momentum=None), TypeError,
+     "momentum must be a number, got NoneType"),
+    (lambda x: batch_norm(x, torch.zeros(4), torch.ones(4), momentum="fast"), TypeError,
+     "momentum must be a number, got str 'fast'"),
+    (lambda x: batch_norm(x, torch.zeros(4), torch.ones(4), momentum=1.5), ValueError,
+     "momentum must be at most 1.0, got 1.5"),
+    (lambda x: batch_norm(x, torch.zeros(4), torch.tensor([1.0, -0.5, 1.0, 1.0]), training=False), ValueError,
+     "running_var must be >= 0 .*variance.*-0.5"),
+    (lambda x: batch_norm(x, None, None, training="yes"), TypeError, "training must be True or False, got str"),
+    (lambda x: batch_norm(x.long(), None, None), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
+    (lambda x: layer_norm(x.int()), TypeError, "x must be a floating-point tensor, got dtype torch.int32"),
+    (lambda x: rms_norm(x.long()), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
+    (lambda x: batch_statistics(x.long()), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
+    (lambda x: layer_norm(x, torch.ones(4, dtype=torch.long)), TypeError,
+     "weight must be a floating-point tensor, got dtype torch.int64"),
+    (lambda x: sigmoid_slope(torch.arange(3)), TypeError, "z must be a floating-point tensor"),
+    (lambda x: sigmoid_layer_gradient("big", 0.0, True), TypeError, "scale must be a number, got str"),
+    (lambda x: sigmoid_layer_gradient(0.0, 0.0, True), ValueError, "scale must be positive, got 0.0"),
+    (lambda x: sigmoid_layer_gradient(1.0, float("inf"), True), ValueError, "shift must be finite"),
+    (lambda x: sigmoid_layer_gradient(1.0, 0.0, 1), TypeError, "normalized must be True or False, got int"),
+    (lambda x: sigmoid_layer_gradient(1.0, 0.0, True, n_tokens=1), ValueError, "n_tokens must be >= 2"),
+])
+def test_functions_name_the_argument_and_the_problem(call, error, message):
+    with pytest.raises(error, match=message):
+        call(torch.randn(2, 3, 4))
+
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda: BatchNorm(2.5), TypeError, "num_features must be an int, got float 2.5"),
+    (lambda: BatchNorm(0), ValueError, "num_features must be >= 1, got num_features=0"),
+    (lambda: LayerNorm(0), ValueError, "num_features must be >= 1, got num_features=0"),
+    (lambda: LayerNorm(torch.tensor(4)), TypeError, "num_features must be an int, got Tensor"),
+    (lambda: RMSNorm(True), TypeError, "num_features must be an int, got bool True"),
+    (lambda: RMSNorm(-3), ValueError, "num_features must be >= 1, got num_features=-3"),
+    (lambda: BatchNorm(4, eps="small"), TypeError, "eps must be a number, got str 'small'"),
+    (lambda: LayerNorm(4, eps=-1e-5), ValueError, "eps must be >= 0"),
+    (lambda: RMSNorm(4, eps=float("inf")), ValueError, "eps must be finite, got inf"),
+    (lambda: BatchNorm(4, momentum="0.1"), TypeError, "momentum must be a number, got str '0.1'"),
+    (lambda: BatchNorm(4, momentum=-0.1), ValueError, "momentum must be >= 0, got -0.1"),
+    (lambda: ResidualBlock(0, 8, "pre"), ValueError, "d_model must be >= 1"),
+    (lambda: ResidualBlock(8, 8.0, "pre"), TypeError, "d_ff must be an int, got float"),
+    (lambda: ResidualBlock(8, 8, "middle"), ValueError, r"placement must be one of \('post', 'pre'\), got 'middle'"),
+    (lambda: block_stack("pre", 0), ValueError, "depth must be >= 1, got depth=0"),
+    (lambda: block_stack("pre", 2, seed=-1), ValueError, "seed must be >= 0"),
+])
+def test_modules_reject_sizes_and_settings_that_are_not_what_they_need(build, error, message):
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_module_inputs_are_checked_at_the_entry_point():
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        BatchNorm(4)(torch.ones(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"x must have last dimension 4, got shape \(2, 5\)"):
+        LayerNorm(4)(torch.randn(2, 5))
+    with pytest.raises(ValueError, match=r"x must have last dimension 3, got shape \(2, 4\)"):
+        BatchNorm(3)(torch.randn(2, 4))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.bool"):
+        RMSNorm(4)(torch.ones(2, 4, dtype=torch.bool))
+    blocks = block_stack("pre", 2, 16, 32)
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"x must have last dimension 16, got shape \(2, 3, 8\)"):
+        depth_profile(blocks, x[..., :8], x[..., :8])
+    with pytest.raises(ValueError, match=r"upstream must have x's shape \(2, 3, 16\), got \(3, 16\)"):
+        depth_profile(blocks, x, x[0])
+    with pytest.raises(TypeError, match="x, upstream must share one dtype"):
+        depth_profile(blocks, x, x.float())
+    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList of ResidualBlock"):
+        depth_profile([blocks[0]], x, x)
+    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList"):
+        depth_profile(nn.ModuleList(), x, x)
+    with pytest.raises(ValueError, match="blocks mix post-LN and pre-LN"):
+        depth_profile(nn.ModuleList([blocks[0], block_stack("post", 1, 16, 32)[0]]), x, x)
+    with pytest.raises(TypeError, match="x has dtype torch.float32 but the blocks' weights are torch.float64"):
+        depth_profile(blocks, x.float(), x.float())
 
 
 def test_module_rejects_a_dtype_mismatch_before_touching_its_buffers():
     layer = BatchNorm(3)  # float32 parameters and buffers
-    with pytest.raises(TypeError, match="running_mean has dtype torch.float32 but x has dtype torch.float64"):
+    with pytest.raises(TypeError, match="x, running_mean, running_var, weight, bias must share one dtype, "
+                                        "got x torch.float64, running_mean torch.float32"):
         layer(torch.randn(4, 3, dtype=torch.float64))
     assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_var, torch.ones(3))
 
@@ -335,6 +489,17 @@ def test_normalization_widget_renders_every_setting_without_errors():
             view.controls["length"].value = length
             view.controls["padding"].value = padding
             assert "<svg" in view.view.value
+    assert view.errors.outputs == ()
+    view.controls["composition"].value = "alone (B = 1)"
+    view.controls["masked"].value, view.controls["padding"].value, view.controls["length"].value = False, 0, 1
+    assert "B = 1 sequence x 1 position = 1 real token + 0 pad tokens" in view.view.value
+    assert "come from <b>1 token</b>" in view.view.value
+    view.controls["composition"].value, view.controls["length"].value = "+1 similar sentence", 3
+    assert "B = 2 sequences x 3 positions = 6 real tokens" in view.view.value
+    for name in ("length", "padding"):  # the sliders cannot leave the precomputed table
+        slider = view.controls[name]
+        slider.value = slider.max + 5
+        assert slider.value == slider.max
     assert view.errors.outputs == ()
     view.controls["composition"].value = "alone (B = 1)"
     view.controls["masked"].value, view.controls["padding"].value, view.controls["length"].value = True, 3, 1

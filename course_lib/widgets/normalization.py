@@ -16,7 +16,7 @@ from . import LiveView, row
 
 FEATURES = [f"f{i}" for i in range(EMBED_DIM)]
 WATCH_FEATURE = 3  # a feature with a large mean (2.0), so zero padding moves its statistics a lot
-LENGTHS = range(1, 9)
+LENGTHS = range(1, 9)  # the toy sentences have 8 tokens
 PADDINGS = range(0, 9)
 
 
@@ -34,6 +34,11 @@ def _watched_token(others: list[str], length: int, padding: int, masked: bool) -
     return entry
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 sequence', '3 sequences': a number with its noun, singular or plural as English wants."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _message_box(title: str, text: str, width: int = 260) -> str:
     return (f'<div style="width:{width}px;font-family:sans-serif;font-size:11px">'
             f'<b>{escape(title)}</b><div style="margin-top:6px;padding:6px;border:1px solid #c33;'
@@ -48,9 +53,10 @@ def normalization_widget() -> LiveView:
 
     def render(composition: str, length: int, padding: int, masked: bool) -> str:
         entry = table[composition, length, padding, masked]
-        readout = (f"<p>Batch: B = {entry['B']} sequences x {entry['positions']} positions = "
-                   f"{entry['real']} real tokens + {entry['pad']} padding. BatchNorm's mean and variance of "
-                   f"each feature come from <b>{entry['count']}</b> tokens"
+        shape = f"{plural(entry['B'], 'sequence')} x {plural(entry['positions'], 'position')}"
+        tokens = f"{plural(entry['real'], 'real token')} + {plural(entry['pad'], 'pad token')}"
+        readout = (f"<p>Batch: B = {shape} = {tokens}. BatchNorm's mean and variance of each feature "
+                   f"come from <b>{plural(entry['count'], 'token')}</b>"
                    f"{' (padding skipped)' if masked else ' (padding included)'}. "
                    "Watched token: <b>cat</b> (sequence 0, position 0).</p>")
         if entry["batch"] is None:
@@ -72,8 +78,9 @@ def normalization_widget() -> LiveView:
     return LiveView({
         "composition": widgets.Dropdown(options=list(COMPOSITIONS), value="+3 similar sentences",
                                         description="other rows"),
-        "length": widgets.IntSlider(value=4, min=1, max=8, description="length T"),
-        "padding": widgets.IntSlider(value=0, min=0, max=8, description="padding"),
+        "length": widgets.IntSlider(value=4, min=min(LENGTHS), max=max(LENGTHS), description="length T"),
+        "padding": widgets.IntSlider(value=0, min=min(PADDINGS), max=max(PADDINGS),
+                                     description="pad / row"),
         "masked": widgets.Checkbox(value=False, description="BN skips padding"),
     }, render)
 
