@@ -7,7 +7,7 @@ of earlier lessons (and torch), so the layers of the code follow the course:
                              attention, the course's TinyModel and its training
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
-    normalization        05  BatchNorm, LayerNorm and RMSNorm written out
+    normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN
 Beneath every lesson: guards (input checks with clear errors), training (the one training
 loop), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
 (live widgets, one module per lesson) and checks/ (the exercises' visible checks).
