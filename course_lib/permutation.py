@@ -219,10 +219,10 @@ class EncoderBlockParams:
         return EncoderBlockParams(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})
 
 
-Norm = Callable[[Tensor, Tensor, "Tensor | None", float], Tensor]
+Norm = Callable[[Tensor, "Tensor | None", "Tensor | None", float], Tensor]  # norm(x, weight, bias, eps)
 
 
-def _require_norm_inputs(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float, min_rank: int) -> None:
+def _require_norm_inputs(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, min_rank: int) -> None:
     require_float("x", x, min_rank=min_rank)
     D = x.shape[-1]
     for name, t in (("weight", weight), ("bias", bias)):
@@ -235,7 +235,7 @@ def _require_norm_inputs(x: Tensor, weight: Tensor, bias: Tensor | None, eps: fl
     require_number("eps", eps, positive=True)
 
 
-def torch_layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+def torch_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     """LayerNorm of each token row on its own (torch's F.layer_norm; lesson 05 writes it out).
 
     x: (..., T, D), weight, bias: (D,) -> (..., T, D).
@@ -244,7 +244,7 @@ def torch_layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float 
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
-def norm_over_tokens(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+def norm_over_tokens(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     """Normalize each feature over the token axis (and batch): statistics mix all tokens.
 
     x: (..., T, D), weight, bias: (D,) -> (..., T, D). Not a norm any Transformer uses; the lesson
@@ -257,7 +257,8 @@ def norm_over_tokens(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float 
     dims = tuple(range(x.dim() - 1))  # every axis but the features
     mean = x.mean(dim=dims, keepdim=True)  # (1, ..., 1, D)
     var = x.var(dim=dims, unbiased=False, keepdim=True)  # (1, ..., 1, D)
-    out = (x - mean) / torch.sqrt(var + eps) * weight
+    out = (x - mean) / torch.sqrt(var + eps)  # (..., T, D)
+    out = out if weight is None else out * weight
     return out if bias is None else out + bias
 
 
@@ -364,6 +365,7 @@ def bias_after_norm(bias: Tensor, norm: str) -> Tensor:
 
 def format_bound(bound: float) -> str:
     """1e-05 -> '1e-5', 0.05 -> '0.05': a bound as a person writes it."""
+    bound = require_number("bound", bound, positive=True)
     mantissa, exponent = f"{bound:.0e}".split("e")
     return f"{bound:g}" if 1e-3 <= bound < 1e3 else f"{mantissa}e{int(exponent)}"
 

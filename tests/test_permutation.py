@@ -486,6 +486,26 @@ def test_norm_over_tokens_is_training_mode_batchnorm_over_every_token(seed):
     torch.testing.assert_close(norm_over_tokens(x, gain, shift), expected, atol=1e-10, rtol=0)
 
 
+def test_norm_over_tokens_without_gain_or_shift_has_zero_mean_unit_variance_per_feature():
+    x = torch.randn(2, 5, 3, generator=gen(7), dtype=torch.float64) * 4 + 2
+    out = norm_over_tokens(x, None, None, eps=1e-12)
+    torch.testing.assert_close(out.mean(dim=(0, 1)), torch.zeros(3, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(out.var(dim=(0, 1), unbiased=False), torch.ones(3, dtype=torch.float64),
+                               atol=1e-9, rtol=0)
+
+
+def test_the_module_writes_no_attention_of_its_own():
+    # One attention path (lesson 01): this lesson projects, then calls scaled_dot_product_attention.
+    import inspect
+
+    import course_lib.permutation as module
+
+    source = inspect.getsource(module)
+    for written_again in ("softmax(", ".transpose(", "exp(", "@ k", ".T @"):
+        assert written_again not in source, f"course_lib/permutation.py spells out {written_again!r}"
+    assert "scaled_dot_product_attention(q, k, v, mask=mask)" in source
+
+
 def test_describe_gap_prints_a_bound_not_float_noise():
     assert describe_gap(3e-7) == "below 1e-5"
     assert describe_gap(2e-13, 1e-12) == "below 1e-12"
