@@ -4,18 +4,19 @@ Without position information, self-attention treats its input as a *set* of toke
 permuting the rows permutes the outputs the same way (equivariance). This module holds
 the pieces the lesson permutes and measures:
 
-    permute_tokens / inverse_permutation / random_permutation    reorder token rows
-    linear, self_attention                                       projections with optional biases
-    encoder_block, EncoderBlockParams                            a small single-head post-LN block
-    norm_over_tokens                                             a norm that mixes tokens (still equivariant)
-    equivariance_gap, match_rows, describe_gap                   the measurements
-    bias_after_norm                                              what is left of a bias after BatchNorm / LayerNorm
+    check_permutation / permute_tokens / inverse_permutation / random_permutation   reorder token rows
+    linear, self_attention                          projections with optional biases, then lesson 01's attention
+    encoder_block, EncoderBlockParams               a small single-head post-LN block: LN(x + Attn(x))
+    torch_layer_norm, norm_over_tokens              the block's norm, and a norm that mixes tokens
+    equivariance_gap, match_rows, describe_gap      the measurements
+    bias_after_norm                                 what is left of a bias after BatchNorm / LayerNorm
 
 Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, d_ff the FFN width;
 a leading "..." means any batch dimensions. The encoder block here is only as much of a block
 as this lesson needs (one head, post-LN, ReLU FFN); lesson 09 builds the full one.
-What breaks the symmetry comes from the lessons that own it: masks.causal_mask (02) and
-positional_encoding.sinusoidal_encoding (04); the block's norm is normalization.layer_norm (05).
+The layers follow the lessons: attention comes from lesson 01 (the one attention path), the
+causal mask from lesson 02; the block's LayerNorm is torch's own F.layer_norm (lesson 05 writes
+it out), and position vectors are whatever the caller adds to the tokens (lesson 04 builds them).
 """
 
 from __future__ import annotations
@@ -25,14 +26,11 @@ from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .guards import require_float, require_rank, require_tensor
-from .attention import scaled_dot_product_attention
-# The pieces other lessons own, used here as they are:
-from .masks import causal_mask  # lesson 02
-from .normalization import layer_norm  # lesson 05
-from .positional_encoding import sinusoidal_encoding  # lesson 04
+from .attention import project_qkv, scaled_dot_product_attention
+from .guards import require_count, require_float, require_integer, require_number, require_same_dtype, require_tensor
 
 # ---------------------------------------------------------------- permutations
 
@@ -40,18 +38,23 @@ from .positional_encoding import sinusoidal_encoding  # lesson 04
 def check_permutation(perm: object, n: int | None = None, name: str = "perm") -> Tensor:
     """Return `perm` as a 1-D int64 tensor, or raise unless it lists 0..n-1 each exactly once.
 
-    n=None takes n from perm's length.
+    perm: a list / tuple of ints or an integer tensor (not float, not bool). n=None takes n from
+    perm's length.
     """
     if isinstance(perm, (list, tuple)):
+        # torch.tensor([0.0, 1.0], dtype=long) would silently truncate floats: check each entry first.
+        bad = [p for p in perm if isinstance(p, bool) or not isinstance(p, int)]
+        if bad:
+            raise TypeError(f"{name} must hold integer indices, got {bad[0]!r} ({type(bad[0]).__name__}) "
+                            f"in {list(perm)}")
         perm = torch.tensor(perm, dtype=torch.long)
-    require_tensor(name, perm)
-    if perm.dtype.is_floating_point or perm.dtype.is_complex or perm.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer indices, got dtype {perm.dtype}")
-    if perm.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(perm.shape)}")
-    n = perm.numel() if n is None else n
-    if perm.numel() != n:
-        raise ValueError(f"{name} must be a permutation of the {n} token positions, got shape {tuple(perm.shape)}")
+    require_integer(name, perm, 1, 1)
+    if n is not None:
+        require_count("n", n, minimum=0)
+        if perm.numel() != n:
+            raise ValueError(f"{name} must be a permutation of the {n} token positions, "
+                             f"got shape {tuple(perm.shape)}")
+    n = perm.numel()
     if not torch.equal(torch.sort(perm.long()).values, torch.arange(n)):
         raise ValueError(f"{name} must contain each of 0..{n - 1} exactly once, got {perm.tolist()}")
     return perm.long()
@@ -59,8 +62,7 @@ def check_permutation(perm: object, n: int | None = None, name: str = "perm") ->
 
 def random_permutation(n: int, generator: torch.Generator | None = None) -> Tensor:
     """A uniformly random permutation of 0..n-1, shape (n,)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    require_count("n", n)
     return torch.randperm(n, generator=generator)
 
 
@@ -77,8 +79,7 @@ def permute_tokens(x: Tensor, perm: Tensor) -> Tensor:
 
     x: (..., T, D), perm: (T,) -> (..., T, D). Only the position axis moves; features stay put.
     """
-    require_tensor("x", x)
-    require_rank("x", x, 2)
+    require_tensor("x", x, min_rank=2)
     perm = check_permutation(perm, x.shape[-2])
     return x[..., perm, :]  # (..., T, D)
 
@@ -92,47 +93,50 @@ def permutation_matrix(perm: Tensor, dtype: torch.dtype = torch.float32) -> Tens
 # ---------------------------------------------------------------- projections and attention
 
 
+def _require_bias(name: str, bias: Tensor | None, width: int, like: Tensor, weight_name: str) -> None:
+    """bias is None, or a float vector of `width` entries with like's dtype."""
+    if bias is None:
+        return
+    require_float(name, bias, 1, 1)
+    if bias.shape[0] != width:
+        raise ValueError(f"{name} must have shape ({width},) to match {weight_name}'s {width} columns, "
+                         f"got shape {tuple(bias.shape)}")
+    if bias.dtype != like.dtype:
+        raise TypeError(f"{name} has dtype {bias.dtype} but x has dtype {like.dtype}")
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "weight") -> Tensor:
     """x @ weight + bias, the same bias added to every token row.
 
     x: (..., T, D_in), weight: (D_in, D_out), bias: (D_out,) or None -> (..., T, D_out).
+    `name` is the weight's name in error messages (its bias is named b_... for w_...).
     """
-    require_tensor("x", x)
-    require_float("x", x)
-    require_rank("x", x, 1)
-    require_tensor(name, weight)
-    require_rank(name, weight, 2, 2)
+    require_float("x", x, min_rank=1)
+    require_float(name, weight, 2, 2)
     if weight.shape[0] != x.shape[-1]:
         raise ValueError(f"{name} of shape {tuple(weight.shape)} needs {x.shape[-1]} rows to match x's last "
                          f"dimension: x has shape {tuple(x.shape)}")
     if weight.dtype != x.dtype:
         raise TypeError(f"{name} has dtype {weight.dtype} but x has dtype {x.dtype}")
+    bias_name = "b_" + name[2:] if name.startswith("w_") else "bias"
+    _require_bias(bias_name, bias, weight.shape[1], x, name)
     out = x @ weight  # (..., T, D_out)
-    if bias is None:
-        return out
-    bias_name = name.replace("w_", "b_") if name.startswith("w_") else "bias"
-    require_tensor(bias_name, bias)
-    if bias.dtype != x.dtype:
-        raise TypeError(f"{bias_name} has dtype {bias.dtype} but x has dtype {x.dtype}")
-    if bias.shape != (weight.shape[1],):
-        raise ValueError(f"{bias_name} must have shape ({weight.shape[1]},) to match {name} of shape "
-                         f"{tuple(weight.shape)}, got {tuple(bias.shape)}")
-    return out + bias
+    return out if bias is None else out + bias
 
 
 def self_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, b_q: Tensor | None = None,
                    b_k: Tensor | None = None, b_v: Tensor | None = None,
                    mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """One head of self-attention with optional projection biases.
+    """One head of self-attention with optional projection biases: project, then lesson 01's attention.
 
     x: (..., T, D); w_q, w_k: (D, d_k); w_v: (D, d_v); b_q, b_k: (d_k,); b_v: (d_v,);
     mask: bool (T, T), True = may attend. Returns (output (..., T, d_v), weights (..., T, T)).
     """
-    q = linear(x, w_q, b_q, "w_q")  # (..., T, d_k)
-    k = linear(x, w_k, b_k, "w_k")  # (..., T, d_k)
-    v = linear(x, w_v, b_v, "w_v")  # (..., T, d_v)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"w_q {tuple(w_q.shape)} and w_k {tuple(w_k.shape)} must give the same d_k")
+    q, k, v = project_qkv(x, w_q, w_k, w_v)  # (..., T, d_k), (..., T, d_k), (..., T, d_v)
+    for name, bias, w in (("b_q", b_q, w_q), ("b_k", b_k, w_k), ("b_v", b_v, w_v)):
+        _require_bias(name, bias, w.shape[1], x, "w" + name[1:])
+    # A bias is one vector added to every token's row: the same for every position.
+    q, k, v = (t if b is None else t + b for t, b in ((q, b_q), (k, b_k), (v, b_v)))
     return scaled_dot_product_attention(q, k, v, mask=mask)
 
 
@@ -141,7 +145,7 @@ def self_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, b_q: Tensor
 
 @dataclass
 class EncoderBlockParams:
-    """Weights of a single-head post-LN encoder block; matrices act on rows (x @ W).
+    """Weights of a single-head encoder block; matrices act on rows (x @ W).
 
     w_q, w_k, w_v, w_o: (D, D); w_1: (D, d_ff); w_2: (d_ff, D); b_*: matching vectors or None;
     ln1_*, ln2_*: (D,) LayerNorm gain (weight) and shift (bias).
@@ -169,8 +173,8 @@ class EncoderBlockParams:
     def random(cls, D: int, d_ff: int, generator: torch.Generator | None = None,
                dtype: torch.dtype = torch.float32, bias: bool = True) -> "EncoderBlockParams":
         """Random weights at the scale nn.Linear uses (so activations stay near unit size)."""
-        if D < 1 or d_ff < 1:
-            raise ValueError(f"need D >= 1 and d_ff >= 1, got D={D}, d_ff={d_ff}")
+        require_count("D", D)
+        require_count("d_ff", d_ff)
 
         def mat(rows: int, cols: int) -> Tensor:
             return torch.randn(rows, cols, generator=generator, dtype=dtype) / math.sqrt(rows)
@@ -185,11 +189,16 @@ class EncoderBlockParams:
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderBlockParams":
-        """Copy the weights of a one-head, post-LN, ReLU nn.TransformerEncoderLayer."""
+        """Copy the weights of a one-head, ReLU nn.TransformerEncoderLayer.
+
+        Run a norm_first=True layer with encoder_block(..., layout="pre").
+        """
+        if not isinstance(layer, nn.TransformerEncoderLayer):
+            raise TypeError(f"layer must be an nn.TransformerEncoderLayer, got {type(layer).__name__}")
         attn = layer.self_attn
-        if attn.num_heads != 1 or layer.norm_first or layer.activation_relu_or_gelu != 1:
-            raise ValueError("from_torch copies only nhead=1, norm_first=False, activation='relu' layers, got "
-                             f"nhead={attn.num_heads}, norm_first={layer.norm_first}")
+        if attn.num_heads != 1 or layer.activation_relu_or_gelu != 1:
+            raise ValueError("from_torch copies only nhead=1, activation='relu' layers, got "
+                             f"nhead={attn.num_heads}, activation={layer.activation}")
         D = attn.embed_dim
         w, b = attn.in_proj_weight.detach(), attn.in_proj_bias
         b = b.detach() if b is not None else None
@@ -210,37 +219,89 @@ class EncoderBlockParams:
         return EncoderBlockParams(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})
 
 
-def norm_over_tokens(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """Normalize each feature over the token axis (and batch): statistics mix all tokens. (..., T, D) -> (..., T, D).
+Norm = Callable[[Tensor, "Tensor | None", "Tensor | None", float], Tensor]  # norm(x, weight, bias, eps)
 
-    Not a norm any Transformer uses; the lesson uses it to show that even a norm that mixes
-    tokens keeps equivariance, because a mean or variance over tokens ignores their order.
+
+def _require_norm_inputs(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, min_rank: int) -> None:
+    require_float("x", x, min_rank=min_rank)
+    D = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            require_float(name, t, 1, 1)
+            if t.shape[0] != D:
+                raise ValueError(f"{name} must have shape ({D},) to match x's last dimension D, "
+                                 f"got shape {tuple(t.shape)}")
+    require_same_dtype(x=x, weight=weight, bias=bias)
+    require_number("eps", eps, positive=True)
+
+
+def torch_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """LayerNorm of each token row on its own (torch's F.layer_norm; lesson 05 writes it out).
+
+    x: (..., T, D), weight, bias: (D,) -> (..., T, D).
     """
-    dims = tuple(range(x.dim() - 1))
+    _require_norm_inputs(x, weight, bias, eps, min_rank=1)
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def norm_over_tokens(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """Normalize each feature over the token axis (and batch): statistics mix all tokens.
+
+    x: (..., T, D), weight, bias: (D,) -> (..., T, D). Not a norm any Transformer uses; the lesson
+    uses it to show that even a norm that mixes tokens keeps equivariance, because a mean or a
+    variance over tokens ignores their order.
+    """
+    _require_norm_inputs(x, weight, bias, eps, min_rank=2)
+    if x.shape[-2] == 0:
+        raise ValueError(f"x has no tokens (T = 0) to take statistics over: x has shape {tuple(x.shape)}")
+    dims = tuple(range(x.dim() - 1))  # every axis but the features
     mean = x.mean(dim=dims, keepdim=True)  # (1, ..., 1, D)
-    var = x.var(dim=dims, unbiased=False, keepdim=True)
-    out = (x - mean) / torch.sqrt(var + eps) * weight
+    var = x.var(dim=dims, unbiased=False, keepdim=True)  # (1, ..., 1, D)
+    out = (x - mean) / torch.sqrt(var + eps)  # (..., T, D)
+    out = out if weight is None else out * weight
     return out if bias is None else out + bias
 
 
-Norm = Callable[[Tensor, Tensor, "Tensor | None", float], Tensor]
+LAYOUTS = ("post", "pre", "res-post")
 
 
 def encoder_block(x: Tensor, p: EncoderBlockParams, mask: Tensor | None = None,
-                  norm: Norm = layer_norm) -> Tensor:
-    """Post-LN encoder block: x = norm(x + Attn(x) W_o); x = norm(x + FFN(x)).
+                  norm: Norm = torch_layer_norm, layout: str = "post") -> Tensor:
+    """A single-head encoder block built on self_attention. x: (..., T, D) -> (..., T, D).
 
-    x: (..., T, D), mask: bool (T, T) or None (True = may attend) -> (..., T, D).
-    `norm(x, weight, bias, eps)` defaults to LayerNorm; the lesson swaps it to test claims.
+    Each sublayer f (attention with W_o, then the ReLU FFN) is wrapped with a residual and a norm:
+        "post"      x = LN(x + f(x))     the original Transformer, nn.TransformerEncoderLayer's default
+        "pre"       x = x + f(LN(x))     norm_first=True
+        "res-post"  x = x + LN(f(x))     the norm on the sublayer's output only (Swin v2)
+    mask: bool (T, T) or None (True = may attend). `norm(x, weight, bias, eps)` defaults to
+    LayerNorm; the lesson swaps it to test claims.
     """
-    require_tensor("x", x)
-    require_rank("x", x, 2)
+    require_float("x", x, min_rank=2)
+    if not isinstance(p, EncoderBlockParams):
+        raise TypeError(f"p must be EncoderBlockParams, got {type(p).__name__}")
     if x.shape[-1] != p.w_q.shape[0]:
         raise ValueError(f"x has shape {tuple(x.shape)} but the block's weights expect D={p.w_q.shape[0]} features")
-    attended, _ = self_attention(x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, D)
-    x = norm(x + linear(attended, p.w_o, p.b_o, "w_o"), p.ln1_weight, p.ln1_bias, p.eps)
-    hidden = torch.relu(linear(x, p.w_1, p.b_1, "w_1"))  # (..., T, d_ff)
-    return norm(x + linear(hidden, p.w_2, p.b_2, "w_2"), p.ln2_weight, p.ln2_bias, p.eps)  # (..., T, D)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if not callable(norm):
+        raise TypeError(f"norm must be a function norm(x, weight, bias, eps), got {type(norm).__name__}")
+
+    def attend(rows: Tensor) -> Tensor:
+        attended, _ = self_attention(rows, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, D)
+        return linear(attended, p.w_o, p.b_o, "w_o")
+
+    def feed_forward(rows: Tensor) -> Tensor:
+        hidden = torch.relu(linear(rows, p.w_1, p.b_1, "w_1"))  # (..., T, d_ff)
+        return linear(hidden, p.w_2, p.b_2, "w_2")  # (..., T, D)
+
+    for f, gain, shift in ((attend, p.ln1_weight, p.ln1_bias), (feed_forward, p.ln2_weight, p.ln2_bias)):
+        if layout == "post":
+            x = norm(x + f(x), gain, shift, p.eps)
+        elif layout == "pre":
+            x = x + f(norm(x, gain, shift, p.eps))
+        else:
+            x = x + norm(f(x), gain, shift, p.eps)
+    return x
 
 
 # ---------------------------------------------------------------- measurements
@@ -253,8 +314,7 @@ def equivariance_gap(f: Callable[[Tensor], Tensor], x: Tensor, perm: Tensor) -> 
     """
     if not callable(f):
         raise TypeError(f"f must be a function of x, got {type(f).__name__}")
-    require_tensor("x", x)
-    require_rank("x", x, 2)
+    require_float("x", x, min_rank=2)
     perm = check_permutation(perm, x.shape[-2])
     plain, permuted = f(x), f(permute_tokens(x, perm))
     if not isinstance(plain, Tensor) or plain.dim() < 2 or plain.shape[-2] != x.shape[-2]:
@@ -269,9 +329,9 @@ def match_rows(a: Tensor, b: Tensor, atol: float = 1e-5) -> Tensor | None:
     a, b: (T, D). Returns perm with b[perm] ~= a, or None when no such pairing exists. Greedy,
     which is exact when the rows of `b` are pairwise farther apart than 2 * atol.
     """
-    for name, t in (("a", a), ("b", b)):
-        require_tensor(name, t)
-        require_rank(name, t, 2, 2)
+    require_float("a", a, 2, 2)
+    require_float("b", b, 2, 2)
+    atol = require_number("atol", atol, non_negative=True)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape (T, D), got {tuple(a.shape)} and {tuple(b.shape)}")
     free = list(range(b.shape[0]))
@@ -291,10 +351,11 @@ def bias_after_norm(bias: Tensor, norm: str) -> Tensor:
     "batch": BatchNorm subtracts each feature's mean over the batch, and a bias is the same for
     every example, so all of it goes: zeros. "layer": LayerNorm subtracts each row's mean over the
     features, which removes only mean(bias): bias - mean(bias) is left (and it changes the output).
+    The lesson measures both through real BatchNorm and LayerNorm layers.
     """
-    require_tensor("bias", bias)
-    require_float("bias", bias)
-    require_rank("bias", bias, 1, 1)
+    require_float("bias", bias, 1, 1)
+    if bias.numel() == 0:
+        raise ValueError("bias must have at least one feature, got shape (0,)")
     if norm == "batch":
         return torch.zeros_like(bias)
     if norm == "layer":
@@ -302,6 +363,20 @@ def bias_after_norm(bias: Tensor, norm: str) -> Tensor:
     raise ValueError(f"norm must be 'batch' or 'layer', got {norm!r}")
 
 
-def describe_gap(gap: float, tiny: float = 1e-5) -> str:
-    """A float-noise-proof label for a measured gap: '0 (float noise)' or the value to 3 decimals."""
-    return "0 (float noise)" if gap < tiny else f"{gap:.3f}"
+def format_bound(bound: float) -> str:
+    """1e-05 -> '1e-5', 0.05 -> '0.05': a bound as a person writes it."""
+    bound = require_number("bound", bound, positive=True)
+    mantissa, exponent = f"{bound:.0e}".split("e")
+    return f"{bound:g}" if 1e-3 <= bound < 1e3 else f"{mantissa}e{int(exponent)}"
+
+
+def describe_gap(gap: float, bound: float = 1e-5) -> str:
+    """A label that is the same on every machine: 'below 1e-5' when gap < bound, else the value.
+
+    A gap below the bound is rounding (its digits vary with the CPU); above it, 3 decimals.
+    """
+    gap = require_number("gap", gap, non_negative=True)
+    bound = require_number("bound", bound, positive=True)
+    if gap < bound:
+        return f"below {format_bound(bound)}"
+    return f"{gap:.3f}" if gap >= 1e-3 else f"{gap:.1e}"

@@ -9,11 +9,10 @@ from torch import nn
 
 from course_lib.attention import scaled_dot_product_attention, softmax
 from course_lib.masks import causal_mask
-from course_lib.normalization import layer_norm
-from course_lib.permutation import (EncoderBlockParams, bias_after_norm, check_permutation, encoder_block,
-                                    equivariance_gap, inverse_permutation, linear, match_rows, norm_over_tokens,
-                                    permutation_matrix, permute_tokens, random_permutation, self_attention)
-from course_lib.positional_encoding import sinusoidal_encoding
+from course_lib.permutation import (EncoderBlockParams, bias_after_norm, check_permutation, describe_gap,
+                                    encoder_block, equivariance_gap, inverse_permutation, linear, match_rows,
+                                    norm_over_tokens, permutation_matrix, permute_tokens, random_permutation,
+                                    self_attention, torch_layer_norm)
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -33,10 +32,15 @@ def attention_inputs(seed: int, dtype: torch.dtype):
 
 
 def shapes(seed: int) -> tuple[int, int, int]:
-    """A random (B, T, D) with even D (positions need it) and T >= 3 (so permutations can do something)."""
+    """A random (B, T, D) with even D and T >= 3 (so permutations can do something)."""
     g = gen(1000 + seed)
     return (int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(3, 8, (1,), generator=g)),
             2 * int(torch.randint(1, 5, (1,), generator=g)))
+
+
+def position_table(T: int, D: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Any fixed per-slot vectors break the symmetry (lesson 04 builds the real ones)."""
+    return torch.randn(T, D, generator=gen(99), dtype=dtype)
 
 
 def non_identity_permutation(T: int, g: torch.Generator) -> torch.Tensor:
@@ -182,15 +186,39 @@ def test_query_bias_changes_the_weights(seed):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("masked", [False, True])
-def test_encoder_block_matches_torch_transformer_encoder_layer(dtype, seed, masked):
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_matches_torch_transformer_encoder_layer(dtype, seed, masked, norm_first):
     B, T, D = shapes(seed)
-    layer = torch_layer(D, 3 * D, 1, dtype, seed)
+    layer = torch_layer(D, 3 * D, 1, dtype, seed, norm_first)
     x = torch.randn(B, T, D, dtype=dtype)
     mask = causal_mask(T) if masked else None
     with torch.no_grad():
         theirs = layer(x, src_mask=None if mask is None else ~mask)
-    ours = encoder_block(x, EncoderBlockParams.from_torch(layer), mask)
+    ours = encoder_block(x, EncoderBlockParams.from_torch(layer), mask, layout="pre" if norm_first else "post")
     torch.testing.assert_close(ours, theirs, atol=20 * TOL[dtype], rtol=0)
+    # The layouts are different functions: the wrong one misses torch's output.
+    other = encoder_block(x, EncoderBlockParams.from_torch(layer), mask, layout="post" if norm_first else "pre")
+    assert (other - theirs).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    # Written out independently with torch's modules: x + LN(Attn(x)), then x + LN(FFN(x)).
+    mha = nn.MultiheadAttention(D, 1, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([p.w_q.T, p.w_k.T, p.w_v.T]))
+        mha.in_proj_bias.copy_(torch.cat([p.b_q, p.b_k, p.b_v]))
+        mha.out_proj.weight.copy_(p.w_o.T)
+        mha.out_proj.bias.copy_(p.b_o)
+        h = x + F.layer_norm(mha(x, x, x, need_weights=False)[0], (D,), p.ln1_weight, p.ln1_bias)
+        ffn = F.relu(h @ p.w_1 + p.b_1) @ p.w_2 + p.b_2
+        expected = h + F.layer_norm(ffn, (D,), p.ln2_weight, p.ln2_bias)
+    torch.testing.assert_close(encoder_block(x, p, layout="res-post"), expected, atol=1e-10, rtol=0)
+    assert equivariance_gap(lambda t: encoder_block(t, p, layout="res-post"), x, random_permutation(T, g)) < 1e-12
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -215,7 +243,7 @@ def test_torch_layer_with_causal_mask_or_positions_is_not_equivariant(seed):
     perm = non_identity_permutation(T, gen(seed))
     with torch.no_grad():
         assert equivariance_gap(lambda t: layer(t, src_mask=~causal_mask(T)), x, perm) > 1e-3
-        assert equivariance_gap(lambda t: layer(t + sinusoidal_encoding(T, D, dtype=torch.float64)), x, perm) > 1e-3
+        assert equivariance_gap(lambda t: layer(t + position_table(T, D)), x, perm) > 1e-3
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -229,7 +257,6 @@ def test_layer_norm_alone_is_equivariant_because_it_acts_on_each_row(seed):
         ln.weight.copy_(gain)
         ln.bias.copy_(shift)
         assert equivariance_gap(ln, x, random_permutation(T, g)) == 0.0
-    torch.testing.assert_close(layer_norm(x, gain, shift), ln(x).detach(), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -251,7 +278,7 @@ def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
     x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
     perm = non_identity_permutation(T, g)
     assert equivariance_gap(lambda t: encoder_block(t, p, causal_mask(T)), x, perm) > 1e-3
-    pe = sinusoidal_encoding(T, D, dtype=torch.float64)
+    pe = position_table(T, D)
     assert equivariance_gap(lambda t: encoder_block(t + pe, p), x, perm) > 1e-3
 
 
@@ -274,7 +301,7 @@ def test_dog_bites_man_same_multiset_without_positions_different_with():
     dog_bites_man, man_bites_dog = embedding[[0, 1, 2]], embedding[[2, 1, 0]]
     a, b = encoder_block(dog_bites_man, p), encoder_block(man_bites_dog, p)
     assert torch.equal(match_rows(a, b, atol=1e-10), torch.tensor([2, 1, 0]))
-    pe = sinusoidal_encoding(3, D, dtype=torch.float64)
+    pe = position_table(3, D)
     assert match_rows(encoder_block(dog_bites_man + pe, p), encoder_block(man_bites_dog + pe, p), atol=1e-3) is None
 
 
@@ -314,8 +341,12 @@ def test_layernorm_after_linear_cancels_only_the_mean_of_its_bias(dtype, seed):
     ([0, 0, 1], 3, ValueError, r"each of 0\.\.2 exactly once, got \[0, 0, 1\]"),
     ([0, 1], 3, ValueError, r"permutation of the 3 token positions, got shape \(2,\)"),
     ([1, 2, 3], 3, ValueError, r"each of 0\.\.2 exactly once, got \[1, 2, 3\]"),
-    (torch.tensor([0.0, 1.0]), 2, TypeError, r"integer indices, got dtype torch\.float32"),
-    (torch.tensor([[0, 1]]), 2, ValueError, r"must be 1-D, got shape \(1, 2\)"),
+    (torch.tensor([0.0, 1.0]), 2, TypeError, r"perm must hold integers, got dtype torch\.float32"),
+    (torch.tensor([True, False]), 2, TypeError, r"perm must hold integers, got dtype torch\.bool"),
+    ([1.0, 0.0], 2, TypeError, r"perm must hold integer indices, got 1\.0 \(float\)"),
+    ([0.7, 1.2], 2, TypeError, r"perm must hold integer indices, got 0\.7 \(float\)"),
+    ([True, False], 2, TypeError, r"perm must hold integer indices, got True \(bool\)"),
+    (torch.tensor([[0, 1]]), 2, ValueError, r"perm must have 1 dimensions, got shape \(1, 2\)"),
     ("012", 3, TypeError, r"perm must be a torch\.Tensor, got str"),
 ])
 def test_bad_permutations_are_rejected(perm, n, error, match):
@@ -334,7 +365,7 @@ def test_linear_rejects_mismatched_weight_bias_and_dtypes():
     x = torch.zeros(3, 4)
     with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) needs 4 rows .* x has shape \(3, 4\)"):
         linear(x, torch.zeros(5, 2), name="w_q")
-    with pytest.raises(ValueError, match=r"b_q must have shape \(2,\) to match w_q of shape \(4, 2\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"b_q must have shape \(2,\) to match w_q's 2 columns, got shape \(3,\)"):
         linear(x, torch.zeros(4, 2), torch.zeros(3), name="w_q")
     with pytest.raises(TypeError, match=r"b_v has dtype torch\.float64 but x has dtype torch\.float32"):
         linear(x, torch.zeros(4, 2), torch.zeros(2, dtype=torch.float64), name="w_v")
@@ -360,8 +391,10 @@ def test_encoder_block_rejects_the_wrong_width():
 
 def test_from_torch_rejects_layers_it_cannot_copy():
     layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
-    with pytest.raises(ValueError, match=r"nhead=1.*got nhead=2, norm_first=False"):
+    with pytest.raises(ValueError, match=r"nhead=1, activation='relu' layers, got nhead=2"):
         EncoderBlockParams.from_torch(layer)
+    with pytest.raises(TypeError, match=r"layer must be an nn.TransformerEncoderLayer, got Linear"):
+        EncoderBlockParams.from_torch(nn.Linear(4, 4))
 
 
 def test_equivariance_gap_rejects_bad_functions():
@@ -380,12 +413,104 @@ def test_match_rows_rejects_different_shapes():
 @pytest.mark.parametrize("call, error, match", [
     (lambda: bias_after_norm(torch.zeros(3), "group"), ValueError, r"'batch' or 'layer', got 'group'"),
     (lambda: bias_after_norm(torch.zeros(2, 3), "layer"), ValueError, r"bias must have 1 dimensions, got shape \(2, 3\)"),
-    (lambda: random_permutation(0), ValueError, r"n must be >= 1, got 0"),
-    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D >= 1 and d_ff >= 1, got D=0, d_ff=4"),
+    (lambda: bias_after_norm(torch.zeros(3, dtype=torch.long), "layer"), TypeError,
+     r"bias must be a floating-point tensor, got dtype torch\.int64"),
+    (lambda: random_permutation(0), ValueError, r"n must be >= 1, got n=0"),
+    (lambda: random_permutation(2.0), TypeError, r"n must be an int, got float 2\.0"),
+    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D must be >= 1, got D=0"),
+    (lambda: EncoderBlockParams.random(4, True), TypeError, r"d_ff must be an int, got bool"),
+    (lambda: inverse_permutation(torch.tensor([1.0, 0.0])), TypeError, r"perm must hold integers"),
+    (lambda: permute_tokens(torch.zeros(3, 2), [0, 2.0, 1]), TypeError, r"perm must hold integer indices, got 2\.0"),
+    (lambda: permutation_matrix([True, False]), TypeError, r"perm must hold integer indices, got True"),
+    (lambda: match_rows(torch.zeros(2, 2), torch.zeros(2, 2), atol=-1.0), ValueError, r"atol must be >= 0"),
+    (lambda: match_rows(torch.zeros(2, 2, dtype=torch.long), torch.zeros(2, 2)), TypeError,
+     r"a must be a floating-point tensor"),
+    (lambda: equivariance_gap(lambda t: t, torch.zeros(3, 2, dtype=torch.long), [0, 2, 1]), TypeError,
+     r"x must be a floating-point tensor"),
+    (lambda: describe_gap(float("nan")), ValueError, r"gap must be finite, got nan"),
+    (lambda: describe_gap(0.1, bound=0), ValueError, r"bound must be positive, got 0\.0"),
+    (lambda: encoder_block(torch.zeros(3, 4), EncoderBlockParams.random(4, 8), layout="sandwich"), ValueError,
+     r"layout must be one of \('post', 'pre', 'res-post'\), got 'sandwich'"),
+    (lambda: encoder_block(torch.zeros(3, 4), "weights"), TypeError, r"p must be EncoderBlockParams, got str"),
+    (lambda: self_attention(torch.zeros(3, 4), *[torch.zeros(4, 2)] * 3, b_k=torch.zeros(3)), ValueError,
+     r"b_k must have shape \(2,\) to match w_k's 2 columns, got shape \(3,\)"),
+    (lambda: self_attention(torch.zeros(3, 4), *[torch.zeros(4, 2)] * 3, b_q=torch.zeros(2, dtype=torch.long)),
+     TypeError, r"b_q must be a floating-point tensor, got dtype torch\.int64"),
+    (lambda: self_attention(torch.zeros(3, 4, dtype=torch.long), *[torch.zeros(4, 2)] * 3), TypeError,
+     r"x must be a floating-point tensor, got dtype torch\.int64"),
 ])
 def test_other_bad_arguments_are_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: norm_over_tokens(torch.zeros(3, 4, dtype=torch.long), torch.ones(4), None), TypeError,
+     r"x must be a floating-point tensor, got dtype torch\.int64"),
+    (lambda: norm_over_tokens(torch.zeros(4), torch.ones(4), None), ValueError,
+     r"x must have at least 2 dimensions, got shape \(4,\)"),
+    (lambda: norm_over_tokens(torch.zeros(0, 4), torch.ones(4), None), ValueError, r"x has no tokens \(T = 0\)"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(5), None), ValueError,
+     r"weight must have shape \(4,\) to match x's last dimension D, got shape \(5,\)"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4), torch.zeros(2, 4)), ValueError,
+     r"bias must have 1 dimensions, got shape \(2, 4\)"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4, dtype=torch.float64), None), TypeError,
+     r"x, weight must share one dtype"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4), None, eps=0.0), ValueError,
+     r"eps must be positive, got 0\.0"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4), None, eps=float("inf")), ValueError,
+     r"eps must be finite, got inf"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4), None, eps="1e-5"), TypeError,
+     r"eps must be a number, got str"),
+    (lambda: norm_over_tokens(torch.zeros(3, 4), [1.0] * 4, None), TypeError,
+     r"weight must be a torch\.Tensor, got list"),
+    (lambda: torch_layer_norm(torch.zeros(3, 4), torch.ones(3), None), ValueError,
+     r"weight must have shape \(4,\)"),
+])
+def test_norms_name_the_bad_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_norm_over_tokens_is_training_mode_batchnorm_over_every_token(seed):
+    B, T, D = shapes(seed)
+    g = gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    gain, shift = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, generator=g, dtype=torch.float64)
+    bn = nn.BatchNorm1d(D, dtype=torch.float64).train()
+    with torch.no_grad():
+        bn.weight.copy_(gain)
+        bn.bias.copy_(shift)
+        expected = bn(x.reshape(B * T, D)).reshape(B, T, D)
+    torch.testing.assert_close(norm_over_tokens(x, gain, shift), expected, atol=1e-10, rtol=0)
+
+
+def test_norm_over_tokens_without_gain_or_shift_has_zero_mean_unit_variance_per_feature():
+    x = torch.randn(2, 5, 3, generator=gen(7), dtype=torch.float64) * 4 + 2
+    out = norm_over_tokens(x, None, None, eps=1e-12)
+    torch.testing.assert_close(out.mean(dim=(0, 1)), torch.zeros(3, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(out.var(dim=(0, 1), unbiased=False), torch.ones(3, dtype=torch.float64),
+                               atol=1e-9, rtol=0)
+
+
+def test_the_module_writes_no_attention_of_its_own():
+    # One attention path (lesson 01): this lesson projects, then calls scaled_dot_product_attention.
+    import inspect
+
+    import course_lib.permutation as module
+
+    source = inspect.getsource(module)
+    for written_again in ("softmax(", ".transpose(", "exp(", "@ k", ".T @"):
+        assert written_again not in source, f"course_lib/permutation.py spells out {written_again!r}"
+    assert "scaled_dot_product_attention(q, k, v, mask=mask)" in source
+
+
+def test_describe_gap_prints_a_bound_not_float_noise():
+    assert describe_gap(3e-7) == "below 1e-5"
+    assert describe_gap(2e-13, 1e-12) == "below 1e-12"
+    assert describe_gap(0.0) == "below 1e-5"
+    assert describe_gap(2.3604) == "2.360"
 
 
 # ---------------------------------------------------------------- widget

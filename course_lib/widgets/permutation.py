@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 from ..masks import causal_mask
-from ..permutation import EncoderBlockParams, encoder_block, permute_tokens, self_attention
-from ..positional_encoding import sinusoidal_encoding
+from ..permutation import EncoderBlockParams, describe_gap, encoder_block, permute_tokens, self_attention
 from ..plots import svg_bars, svg_heatmap
 from . import LiveView, row
 
@@ -28,23 +27,27 @@ TOGGLES = ["b_q", "b_k", "b_v", "mask", "positions"]
 GAP_TINY = 1e-5  # float32 rounding stays far below this
 
 
-def _model(seed: int = 3) -> tuple[torch.Tensor, EncoderBlockParams]:
+def _model(seed: int = 3) -> tuple[torch.Tensor, EncoderBlockParams, torch.Tensor]:
+    """The sentence's rows x (T, D), the block's weights, and a fixed position table (T, D)."""
     gen = torch.Generator().manual_seed(seed)
     vocab = sorted(set(TOKENS))
     embedding = torch.randn(len(vocab), D, generator=gen)
     x = embedding[torch.tensor([vocab.index(t) for t in TOKENS])]  # (T, D)
     params = EncoderBlockParams.random(D, D_FF, generator=gen)
+    # Any fixed vector per slot breaks the symmetry; lesson 04 builds the real position encodings.
+    positions = torch.randn(len(TOKENS), D, generator=gen)  # (T, D)
     # Larger Q/K/V biases than the default so their effect is easy to see.
-    return x, params.replace(b_q=params.b_q * 3, b_k=params.b_k * 3, b_v=params.b_v * 3)
+    return x, params.replace(b_q=params.b_q * 3, b_k=params.b_k * 3, b_v=params.b_v * 3), positions
 
 
-def _run(x: torch.Tensor, params: EncoderBlockParams, scope: str, on: dict[str, bool]) -> tuple[np.ndarray, np.ndarray]:
+def _run(x: torch.Tensor, params: EncoderBlockParams, positions: torch.Tensor, scope: str,
+         on: dict[str, bool]) -> tuple[np.ndarray, np.ndarray]:
     """Output rows (..., T, D) and attention weights (..., T, T) for one setting of the toggles."""
     T = x.shape[-2]
     p = params.replace(**{name: None for name in ("b_q", "b_k", "b_v") if not on[name]})
     mask = causal_mask(T) if on["mask"] else None
     if on["positions"]:
-        x = x + sinusoidal_encoding(T, D)  # positions belong to slots, not to tokens
+        x = x + positions  # positions belong to slots, not to tokens
     _, weights = self_attention(x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, T)
     out = encoder_block(x, p, mask) if scope == "encoder block" else self_attention(
         x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)[0]  # (..., T, D)
@@ -53,17 +56,17 @@ def _run(x: torch.Tensor, params: EncoderBlockParams, scope: str, on: dict[str, 
 
 def permutation_widget() -> LiveView:
     """Pick a permutation of 'the dog bites the man' and toggle Q/K/V biases, a causal mask and
-    sinusoidal positions, for one attention layer or a whole post-LN encoder block. Shows the
+    position vectors, for one attention layer or a whole post-LN encoder block. Shows the
     attention weights on the permuted sentence, how far each output row moved away from the
     permuted original output (0 everywhere = equivariant), and what the biases changed."""
-    x, params = _model()
+    x, params, positions = _model()
     names = list(PERMUTATIONS)
     # Row 0 of the batch is the sentence itself, rows 1.. its permutations: one forward pass each setting.
     batch = torch.stack([x] + [permute_tokens(x, torch.tensor(PERMUTATIONS[n])) for n in names])  # (1+P, T, D)
     runs, table = {}, {}
     with torch.no_grad():
         for scope, flags in product(SCOPES, product([False, True], repeat=len(TOGGLES))):
-            runs[scope, flags] = _run(batch, params, scope, dict(zip(TOGGLES, flags)))
+            runs[scope, flags] = _run(batch, params, positions, scope, dict(zip(TOGGLES, flags)))
     for (scope, flags), (out, weights) in runs.items():
         out0, weights0 = runs[scope, (False, False, False) + flags[3:]]  # the same setting without Q/K/V biases
         for index, name in enumerate(names, start=1):
@@ -83,7 +86,7 @@ def permutation_widget() -> LiveView:
         verdict = ("<b>equivariant</b>: every output moved with its token" if worst < GAP_TINY else
                    "<b>not equivariant</b>: some outputs changed, not just their order")
         readout = (f"<p>{scope}, input: <i>{' '.join(labels)}</i>. Largest move "
-                   f"{'0 (float noise)' if worst < GAP_TINY else f'{worst:.3f}'}: {verdict}. "
+                   f"{describe_gap(worst, GAP_TINY)}: {verdict}. "
                    f"(bars: |f(Px)<sub>i</sub> - (P f(x))<sub>i</sub>|, the change of output i beyond reordering.) Biases changed the weights by at most {weight_change:.3f} and the outputs by at most "
                    f"{float(np.abs(bias_shift).max()):.3f}.</p>")
         return readout + row(
