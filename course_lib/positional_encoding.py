@@ -296,6 +296,11 @@ def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Call
     return make_batch
 
 
+def _require_tiny_model(model: object) -> None:
+    if not isinstance(model, TinyModel):
+        raise TypeError(f"model must be a masks.TinyModel (see tiny_model), got {type(model).__name__}")
+
+
 def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 300, lr: float = 0.01,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
@@ -303,22 +308,26 @@ def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 3
     Training sequences have exactly `train_length` tokens, so a learned table's rows past
     train_length never get a gradient. Returns the final training loss.
     """
+    _require_tiny_model(model)
     require_count("train_length", train_length, minimum=2)
+    require_count("seed", seed, minimum=0)
     require_length_fits(train_length, model.config.max_len, "model")
     make_batch = previous_token_batch(batch, train_length, model.config.vocab_size)
     return train_tiny_model(model, make_batch, steps, lr, seed)[-1]
 
 
 @torch.no_grad()
-def previous_token_accuracy(model: TinyModel, length: int, n_sequences: int = 256,
-                            seed: int = 1) -> tuple[Tensor, Tensor]:
+def measure_previous_token(model: TinyModel, length: int, n_sequences: int = 256,
+                           seed: int = 1) -> tuple[Tensor, Tensor]:
     """On fresh random sequences: accuracy at predicting token t-1, and attention weight on it.
 
     Returns two (length - 1,) tensors; entry i is position t = i + 1: the share of sequences
     whose token t-1 is the model's top answer (chance is 1 / V), and the mean attention
     weight that query t puts on key t-1.
     """
+    _require_tiny_model(model)
     require_count("length", length, minimum=2)
+    require_count("seed", seed, minimum=0)
     ids, targets = previous_token_batch(n_sequences, length, model.config.vocab_size)(
         torch.Generator().manual_seed(seed))
     predicted = model(ids).argmax(-1)  # (B, T)
