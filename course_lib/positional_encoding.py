@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .guards import require_choice, require_count, require_float, require_integer, require_number, require_tensor
+from .guards import require_choice, require_count, require_float, require_integer, require_number
 from .masks import (IGNORE, LearnedPositions, Positions, TinyConfig, TinyModel, require_length_fits,
                     train_tiny_model)
 
@@ -167,7 +167,9 @@ class SinusoidalPositionalEncoding(Positions):
         super().__init__()
         self.max_len = require_count("max_len", max_len)
         self.d_model = _require_even_width("d_model", d_model)
-        self.register_buffer("table", sinusoidal_encoding(max_len, d_model, base), persistent=False)
+        # kept in float64 and cast per call, so a float64 model gets float64 positions
+        table = sinusoidal_encoding(max_len, d_model, base, dtype=torch.float64)  # (max_len, D)
+        self.register_buffer("table", table, persistent=False)
 
     def add(self, x: Tensor) -> Tensor:
         require_float("x", x, min_rank=2)
@@ -226,7 +228,7 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
     favours the nearest keys, most of all the query's own position (distance 0).
     """
     require_float("slopes", slopes, 1, 1)
-    t = _as_positions(length, "length")
+    t = torch.arange(require_count("length", length, minimum=0))
     distance = (t.unsqueeze(-1) - t).clamp_min(0).to(slopes.dtype)  # (T, T): t - s, 0 above the diagonal
     return 0.0 - slopes.view(-1, 1, 1) * distance  # (H, T, T); 0.0 - x turns -0.0 into 0.0
 
