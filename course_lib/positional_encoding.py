@@ -23,7 +23,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .guards import require_choice, require_count, require_float, require_integer, require_number
+from .guards import (require_choice, require_count, require_float, require_integer, require_number,
+                     require_width)
 from .masks import (IGNORE, LearnedPositions, Positions, TinyConfig, TinyModel, require_length_fits,
                     train_tiny_model)
 
@@ -173,8 +174,7 @@ class SinusoidalPositionalEncoding(Positions):
 
     def add(self, x: Tensor) -> Tensor:
         require_float("x", x, min_rank=2)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        require_width("x", x, self.d_model)
         require_length_fits(x.shape[-2], self.max_len, "sinusoidal table")
         return x + self.table[: x.shape[-2]].to(x.dtype)  # (..., T, D)
 

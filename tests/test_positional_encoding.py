@@ -491,7 +491,7 @@ def test_the_tiny_model_refuses_sequences_past_its_table_and_bad_ids():
 
 
 def test_width_mismatch_names_the_shape():
-    with pytest.raises(ValueError, match=r"x must have last dimension d_model=8, got shape \(2, 3, 5\)"):
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 3, 5\)"):
         SinusoidalPositionalEncoding(10, 8)(torch.zeros(2, 3, 5))
     with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 3, 5\)"):
         LearnedPositionalEmbedding(10, 8)(torch.zeros(2, 3, 5))
