@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_lib.masks import LearnedPositions, Positions, TinyModel
 from course_lib.positional_encoding import (
-    LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TinyPositionModel, alibi_bias, alibi_slopes,
-    apply_rope, block_rotation, causal_mask, frequencies, previous_token_accuracy, shift_matrix,
-    sinusoidal_dot, sinusoidal_encoding, train_previous_token, wavelength)
+    ALiBiPositions, LearnedPositionalEmbedding, RotaryPositions, SinusoidalPositionalEncoding, alibi_bias,
+    alibi_slopes, apply_rope, block_rotation, frequencies, positions_for, measure_previous_token,
+    previous_token_batch, rotate_pairs, shift_matrix, sinusoidal_dot, sinusoidal_encoding, tiny_model,
+    train_previous_token, wavelength)
 from exercise_harness import outcome
 
 DTYPES = [torch.float32, torch.float64]
@@ -28,14 +30,14 @@ def loop_table(n_positions: int, d_model: int, base: float = 10000.0) -> torch.T
     return table
 
 
-def complex_rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """RoPE as complex multiplication: pair j of row m is z_j * exp(i m c_j)."""
+def complex_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+    """RoPE as complex multiplication in float64: pair j of row m is z_j * exp(i m c_j)."""
     d = x.shape[-1]
     z = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2).contiguous())
-    m = torch.arange(x.shape[-2], dtype=torch.float64)[:, None]
+    m = (torch.arange(x.shape[-2]) if positions is None else positions).to(torch.float64)[:, None]
     theta = m * torch.tensor([base ** (-2 * j / d) for j in range(d // 2)], dtype=torch.float64)
     turned = z * torch.polar(torch.ones_like(theta), theta)  # (..., T, d/2)
-    return torch.view_as_real(turned).flatten(-2).to(x.dtype)
+    return torch.view_as_real(turned).flatten(-2)
 
 
 # ---------------------------------------------------------------- sinusoidal table
@@ -63,28 +65,56 @@ def test_sinusoidal_table_known_values():
     torch.testing.assert_close(table[2], torch.tensor(expected_2, dtype=torch.float64), atol=1e-15, rtol=0)
     # d = 512, pair 255: c = 10000^(-510/512)
     assert abs(float(frequencies(512)[255]) - 10000 ** (-510 / 512)) < 1e-18
+
+
+def test_wavelengths_of_the_first_and_last_pair():
     assert wavelength(512, 0) == pytest.approx(2 * math.pi)
+    # the last pair is j = d/2 - 1: 2 pi * 10000^(1 - 2/d), short of 2 pi * 10000 by a factor 10000^(2/d)
+    assert wavelength(512, 255) == pytest.approx(2 * math.pi * 10000 ** (1 - 2 / 512), rel=1e-12)
+    assert wavelength(8, 3) == pytest.approx(2 * math.pi * 10000 ** 0.75, rel=1e-12)
+    assert wavelength(512, 255) < 0.97 * 2 * math.pi * 10000
 
 
 def test_sinusoidal_accepts_a_tensor_of_positions_of_any_shape():
     positions = torch.tensor([[0, 5], [7, 3]])
     got = sinusoidal_encoding(positions, 8, dtype=torch.float64)
     assert got.shape == (2, 2, 8)
-    table = loop_table(8, 8)
-    torch.testing.assert_close(got, table[positions], atol=1e-12, rtol=0)
+    torch.testing.assert_close(got, loop_table(8, 8)[positions], atol=1e-12, rtol=0)
 
 
 def test_float32_table_is_accurate_at_large_positions():
-    # angles in float64 first: a float32 product pos * c would be off by ~1e-4 rad at pos 10^4
-    got = sinusoidal_encoding(torch.tensor([10_000, 54_321]), 16, dtype=torch.float32)
-    torch.testing.assert_close(got.double(), sinusoidal_encoding(torch.tensor([10_000, 54_321]), 16, dtype=torch.float64),
-                               atol=1e-6, rtol=0)
+    positions = [10_000, 54_321]
+    got = sinusoidal_encoding(torch.tensor(positions), 16, dtype=torch.float32)
+    want = torch.tensor([[f(p * 10000 ** (-2 * j / 16)) for j in range(8) for f in (math.sin, math.cos)]
+                         for p in positions], dtype=torch.float64)
+    torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("d_model", [2, 8, 64, 512])
 def test_every_row_has_squared_norm_d_over_2(d_model):
     table = sinusoidal_encoding(200, d_model, dtype=torch.float64)
     torch.testing.assert_close(table.pow(2).sum(-1), torch.full((200,), d_model / 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n_positions, d_model", [(100, 128), (1000, 16), (300, 2)])
+def test_no_two_positions_share_a_vector(n_positions, d_model):
+    table = sinusoidal_encoding(n_positions, d_model, dtype=torch.float64)
+    distances = torch.cdist(table, table)  # (T, T), every pair
+    distances.fill_diagonal_(float("inf"))
+    # the closest pair is the closest offset k: |PE_t - PE_t+k|^2 = d - 2 sum_j cos(c_j k)
+    offsets = torch.arange(1, n_positions)
+    closest = (d_model - 2 * sinusoidal_dot(offsets, d_model)).clamp_min(0).sqrt().min()
+    assert float(distances.min()) > 0.01
+    assert float(distances.min()) == pytest.approx(float(closest), rel=1e-6)
+
+
+def test_squared_distance_is_d_minus_twice_the_dot_product():
+    d_model = 64
+    table = sinusoidal_encoding(300, d_model, dtype=torch.float64)
+    for k in [1, 2, 7, 50, 150]:
+        squared = (table[:300 - k] - table[k:]).pow(2).sum(-1)  # |PE_t - PE_t+k|^2 for every t
+        want = d_model - 2 * sum(math.cos(k * 10000 ** (-2 * j / d_model)) for j in range(d_model // 2))
+        torch.testing.assert_close(squared, torch.full_like(squared, want), atol=1e-9, rtol=0)
 
 
 # ---------------------------------------------------------------- PE(pos + k) = M_k PE(pos)
@@ -98,17 +128,19 @@ def test_shift_matrix_maps_every_position_to_position_plus_k(d_model):
         torch.testing.assert_close(moved, table[positions + k], atol=1e-10, rtol=0)
 
 
-def test_shift_matrix_is_the_seeds_addition_formula_and_a_rotation():
+def test_shift_matrix_is_the_addition_formula_and_a_rotation():
     d_model, k = 16, 9
     table = sinusoidal_encoding(40, d_model, dtype=torch.float64)
     m_k = shift_matrix(k, d_model)
     pe_k = table[k]
     # PE(pos+k, 2i) = PE(pos, 2i) PE(k, 2i+1) + PE(pos, 2i+1) PE(k, 2i), and the cos line likewise
-    pos = 13
-    sin_part = table[pos, 0::2] * pe_k[1::2] + table[pos, 1::2] * pe_k[0::2]
-    cos_part = table[pos, 1::2] * pe_k[1::2] - table[pos, 0::2] * pe_k[0::2]
-    torch.testing.assert_close(torch.stack([sin_part, cos_part], -1).flatten(), table[pos + k])
+    for pos in range(0, 30, 3):
+        sin_part = table[pos, 0::2] * pe_k[1::2] + table[pos, 1::2] * pe_k[0::2]
+        cos_part = table[pos, 1::2] * pe_k[1::2] - table[pos, 0::2] * pe_k[0::2]
+        torch.testing.assert_close(torch.stack([sin_part, cos_part], -1).flatten(), table[pos + k])
     torch.testing.assert_close(m_k @ m_k.T, torch.eye(d_model, dtype=torch.float64))
+    for step in [-40, -1, 1, 9, 333]:
+        assert float(torch.linalg.det(shift_matrix(step, d_model))) == pytest.approx(1.0, abs=1e-10)
     torch.testing.assert_close(shift_matrix(4, d_model) @ shift_matrix(5, d_model), m_k)
     off_block = m_k.clone()
     for j in range(d_model // 2):
@@ -118,9 +150,16 @@ def test_shift_matrix_is_the_seeds_addition_formula_and_a_rotation():
 
 def test_block_rotation_turns_each_pair_counter_clockwise():
     angles = torch.tensor([math.pi / 2, math.pi], dtype=torch.float64)
-    rot = block_rotation(angles, torch.tensor([1.0, 2.0]))
+    rot = block_rotation(angles, torch.tensor([1.0, 2.0], dtype=torch.float64))
     torch.testing.assert_close(rot @ torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64),
                                torch.tensor([0.0, 1.0, -2.0, 0.0], dtype=torch.float64), atol=1e-15, rtol=0)
+
+
+def test_block_rotation_equals_block_diag_of_2x2_rotations():
+    angles = torch.tensor([0.3, -1.2, 2.5], dtype=torch.float64)
+    blocks = [torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=torch.float64)
+              for a in angles.tolist()]
+    torch.testing.assert_close(block_rotation(angles), torch.block_diag(*blocks), atol=1e-15, rtol=0)
 
 
 # ---------------------------------------------------------------- dot products
@@ -130,8 +169,10 @@ def test_dot_product_depends_only_on_the_offset_and_not_its_sign(d_model):
     table = sinusoidal_encoding(400, d_model, dtype=torch.float64)
     for k in [0, 1, 2, 17, 99]:
         forward = (table[:400 - k] * table[k:]).sum(-1)  # PE_t . PE_{t+k} for every t
+        backward = (table[k:] * table[:400 - k]).sum(-1)
         torch.testing.assert_close(forward, sinusoidal_dot(k, d_model).expand_as(forward))
         torch.testing.assert_close(sinusoidal_dot(-k, d_model), sinusoidal_dot(k, d_model))
+        torch.testing.assert_close(backward, forward)
     assert float(sinusoidal_dot(0, d_model)) == pytest.approx(d_model / 2)
 
 
@@ -147,7 +188,7 @@ def test_a_matrix_of_scaled_rotations_keeps_k_only_and_breaks_the_sign_symmetry(
     table = sinusoidal_encoding(n, d_model, dtype=torch.float64)
     learned = block_rotation(torch.rand(d_model // 2, generator=gen, dtype=torch.float64) * 2 - 1,
                              torch.rand(d_model // 2, generator=gen, dtype=torch.float64) + 0.5)
-    scores = table @ learned @ table.T  # (T, S): PE_t^T A PE_s
+    scores = table @ learned @ table.T  # (T, S): PE_t A PE_s^T, A = W_Q W_K^T
     for k in [1, 5, 20]:
         along = torch.diagonal(scores, offset=k)
         assert float(along.max() - along.min()) < 1e-10
@@ -156,21 +197,42 @@ def test_a_matrix_of_scaled_rotations_keeps_k_only_and_breaks_the_sign_symmetry(
     assert float(torch.diagonal(table @ generic @ table.T, offset=3).std()) > 0.1
 
 
-# ---------------------------------------------------------------- modules with a table
+# ---------------------------------------------------------------- position schemes (masks.Positions)
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sinusoidal_module_adds_the_table(dtype):
+def test_sinusoidal_scheme_adds_the_table(dtype):
     x = torch.randn(3, 7, 10, generator=torch.Generator().manual_seed(1), dtype=dtype)
-    got = SinusoidalPositionalEncoding(10, max_len=12)(x)
-    torch.testing.assert_close(got, x + sinusoidal_encoding(7, 10, dtype=dtype))
+    scheme = SinusoidalPositionalEncoding(12, 10)
+    assert isinstance(scheme, Positions)
+    torch.testing.assert_close(scheme.add(x), x + loop_table(7, 10).to(dtype), atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(scheme(x), scheme.add(x))
 
 
-def test_learned_module_is_an_embedding_lookup_of_positions():
-    torch.manual_seed(0)
-    module = LearnedPositionalEmbedding(max_len=9, d_model=6)
-    x = torch.randn(2, 5, 6)
-    torch.testing.assert_close(module(x), x + F.embedding(torch.arange(5), module.table.weight))
-    torch.testing.assert_close(module(x), x + module.table(torch.arange(5)))
+def test_learned_and_sinusoidal_tables_take_max_len_then_d_model():
+    assert LearnedPositionalEmbedding is LearnedPositions
+    for table in (SinusoidalPositionalEncoding(9, 6), LearnedPositionalEmbedding(9, 6)):
+        assert (table.max_len, table.d_model) == (9, 6)
+        assert table.add(torch.zeros(2, 9, 6)).shape == (2, 9, 6)
+    assert tuple(LearnedPositionalEmbedding(9, 6).table.weight.shape) == tuple(torch.nn.Embedding(9, 6).weight.shape)
+
+
+def test_rotary_scheme_rotates_q_and_k_and_alibi_biases_the_scores():
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 5, 8, generator=gen), torch.randn(2, 5, 8, generator=gen)
+    q_rot, k_rot = RotaryPositions().rotate(q, k)
+    torch.testing.assert_close(q_rot, complex_rope(q).float())
+    torch.testing.assert_close(k_rot, complex_rope(k).float())
+    bias = ALiBiPositions(0.25).score_bias(3)
+    torch.testing.assert_close(bias, torch.tensor([[0.0, 0.0, 0.0], [-0.25, 0.0, 0.0], [-0.5, -0.25, 0.0]]))
+
+
+def test_a_learned_alibi_slope_is_a_parameter_that_gets_a_gradient():
+    scheme = ALiBiPositions(0.5, learned=True)
+    (params,) = list(scheme.parameters())
+    scheme.score_bias(4).sum().backward()
+    assert params.grad is not None and float(params.grad) != 0
+    assert list(ALiBiPositions(0.5).parameters()) == []
+    assert ALiBiPositions(0.5).slope == pytest.approx(0.5)
 
 
 # ---------------------------------------------------------------- RoPE
@@ -182,7 +244,17 @@ def test_rope_matches_complex_multiplication(seed, dtype):
     d = 2 * int(torch.randint(1, 17, (), generator=gen))
     shape = (int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 30, (), generator=gen)), d)
     x = torch.randn(shape, generator=gen, dtype=dtype)
-    torch.testing.assert_close(apply_rope(x), complex_rope(x), atol=TOL[dtype] * 10, rtol=TOL[dtype])
+    got = apply_rope(x)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), complex_rope(x), atol=TOL[dtype] * 10, rtol=TOL[dtype])
+
+
+def test_float32_rope_is_accurate_at_large_positions():
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(7))
+    positions = torch.tensor([2000, 4321, 20000])
+    error = (apply_rope(x, positions).double() - complex_rope(x, positions)).abs().max()
+    # a float32 angle m c_j at m = 2000 is off by ~1e-4 rad; cos/sin in float64 leave float32 rounding only
+    assert float(error) < 2e-6
 
 
 def test_rope_row_m_is_the_block_rotation_by_m_c():
@@ -192,6 +264,14 @@ def test_rope_row_m_is_the_block_rotation_by_m_c():
         torch.testing.assert_close(got[m], block_rotation(m * frequencies(8)) @ x[m])
 
 
+def test_rotate_pairs_is_complex_multiplication_by_unit_numbers():
+    gen = torch.Generator().manual_seed(8)
+    x, angles = torch.randn(4, 6, generator=gen, dtype=torch.float64), torch.randn(4, 3, generator=gen,
+                                                                                  dtype=torch.float64)
+    z = torch.view_as_complex(x.reshape(4, 3, 2).contiguous()) * torch.polar(torch.ones_like(angles), angles)
+    torch.testing.assert_close(rotate_pairs(x, angles), torch.view_as_real(z).flatten(-2))
+
+
 def test_rope_with_explicit_positions_equals_rows_of_a_longer_sequence():
     x = torch.randn(30, 8, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     positions = torch.tensor([3, 17, 29])
@@ -199,17 +279,19 @@ def test_rope_with_explicit_positions_equals_rows_of_a_longer_sequence():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rope_score_depends_only_on_m_minus_n_and_not_its_sign(dtype):
+def test_rope_score_depends_only_on_m_minus_n_and_its_sign_matters_unless_q_equals_k(dtype):
     gen = torch.Generator().manual_seed(5)
     q, k = torch.randn(16, generator=gen, dtype=dtype), torch.randn(16, generator=gen, dtype=dtype)
-    length = 40
+    length, m = 40, 20
     scores = apply_rope(q.expand(length, 16)) @ apply_rope(k.expand(length, 16)).T  # (T, T)
     for offset in range(-10, 11):
         along = torch.diagonal(scores, offset=offset)
         assert float(along.max() - along.min()) < 50 * TOL[dtype] * float(q.norm() * k.norm())
-    assert abs(float(scores[10, 13] - scores[13, 10])) > 1e-2  # +3 and -3 differ for these q, k
+    # from one query position m: the key o ahead and the key o behind
+    ahead, behind = scores[m, m + 1:m + 11], scores[m, m - 10:m].flip(0)
+    assert float((ahead - behind).abs().max()) > 1e-2  # q != k: +o and -o differ
     same = apply_rope(q.expand(length, 16)) @ apply_rope(q.expand(length, 16)).T
-    torch.testing.assert_close(same, same.T)  # q = k: symmetric
+    torch.testing.assert_close(same[m, m + 1:m + 11], same[m, m - 10:m].flip(0))  # q = k: they agree
 
 
 def test_rope_keeps_lengths():
@@ -233,52 +315,62 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 # ---------------------------------------------------------------- the tiny model against torch's attention
 
-def torch_reference_forward(model: TinyPositionModel, tokens: torch.Tensor) -> torch.Tensor:
-    """The same model, with torch's own F.scaled_dot_product_attention and nn.Embedding lookups."""
-    length = tokens.shape[1]
-    x = model.tokens(tokens)
-    if model.position == "learned":
-        x = x + model.learned.table(torch.arange(length))
-    if model.position == "sinusoidal":
-        x = x + loop_table(length, x.shape[-1]).to(x.dtype)
-    q, k, v = model.q(x), model.k(x), model.v(x)
-    if model.position == "rope":
-        q, k = complex_rope(q), complex_rope(k)
-    bias = torch.zeros(length, length).masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), float("-inf"))
-    if model.position == "alibi":
-        t = torch.arange(length)
-        bias = bias - model.alibi_slope * (t[:, None] - t[None, :]).clamp_min(0)
-    return model.readout(F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+def torch_reference_forward(model: TinyModel, kind: str, ids: torch.Tensor) -> torch.Tensor:
+    """The same model with torch's own F.scaled_dot_product_attention and independent encodings."""
+    T = ids.shape[1]
+    x = model.tokens(ids)
+    if kind == "learned":
+        x = x + model.positions.table(torch.arange(T))
+    if kind == "sinusoidal":
+        x = x + loop_table(T, x.shape[-1]).to(x.dtype)
+    layer = model.attention
+    q, k, v = layer.query(x), layer.key(x), layer.value(x)
+    if kind == "rope":
+        q, k = complex_rope(q).float(), complex_rope(k).float()
+    bias = torch.zeros(T, T).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    if kind == "alibi":
+        t = torch.arange(T)
+        bias = bias - model.positions.slope * (t[:, None] - t[None, :]).clamp_min(0)
+    attended = layer.out(F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    return model.readout(x + attended)
 
 
-@pytest.mark.parametrize("position", ["none", "learned", "sinusoidal", "rope", "alibi"])
-def test_tiny_model_matches_torch_scaled_dot_product_attention(position):
-    torch.manual_seed(0)
-    model = TinyPositionModel(11, 12, position, max_len=20, alibi_slope=0.7)
-    tokens = torch.randint(11, (3, 15), generator=torch.Generator().manual_seed(1))
+@pytest.mark.parametrize("kind", ["none", "learned", "sinusoidal", "rope", "alibi"])
+def test_tiny_model_matches_torch_scaled_dot_product_attention(kind):
+    model = tiny_model(kind, vocab_size=11, max_len=20, d_model=12, alibi_slope=0.7)
+    ids = torch.randint(11, (3, 15), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(model(tokens), torch_reference_forward(model, tokens), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model(ids), torch_reference_forward(model, kind, ids), atol=1e-5, rtol=1e-5)
 
 
-def test_causal_mask_lets_each_query_see_itself_and_the_past():
-    assert causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+def test_previous_token_batch_targets_the_token_before():
+    ids, targets = previous_token_batch(4, 6, 9)(torch.Generator().manual_seed(0))
+    assert ids.shape == targets.shape == (4, 6)
+    assert (targets[:, 0] == -100).all() and torch.equal(targets[:, 1:], ids[:, :-1])
 
 
 def test_learned_rows_past_the_trained_length_never_move_and_accuracy_falls_to_chance():
-    torch.manual_seed(0)
-    untouched = TinyPositionModel(16, 32, "learned", max_len=64).learned.table.weight.detach().clone()
-    model, loss = train_previous_token("learned", train_length=8, max_len=64, seed=0)
-    table = model.learned.table.weight.detach()
+    untouched = tiny_model("learned", vocab_size=16, max_len=64).positions.table.weight.detach().clone()
+    model = tiny_model("learned", vocab_size=16, max_len=64)
+    loss = train_previous_token(model, train_length=8)
+    table = model.positions.table.weight.detach()
     assert torch.equal(table[8:], untouched[8:])  # same seed, same init: rows 8.. got no gradient
     assert not torch.equal(table[:8], untouched[:8])
-    accuracy = previous_token_accuracy(model, 32)
+    accuracy, _ = measure_previous_token(model, 32)
     assert loss < 0.05 and float(accuracy[:7].min()) > 0.95
     assert float(accuracy[8:].mean()) < 0.15  # chance is 1/16
 
 
-def test_alibi_model_keeps_its_accuracy_past_the_trained_length():
-    model, _ = train_previous_token("alibi", train_length=8, seed=0)
-    assert float(previous_token_accuracy(model, 48)[8:].mean()) > 0.95
+def test_alibi_keeps_its_accuracy_and_rope_loses_attention_at_unseen_offsets():
+    alibi = tiny_model("alibi", vocab_size=16, max_len=64)
+    train_previous_token(alibi, train_length=8)
+    assert float(measure_previous_token(alibi, 48)[0][8:].mean()) > 0.9
+    rope = tiny_model("rope", vocab_size=16, max_len=64)
+    train_previous_token(rope, train_length=8)
+    _, on_previous = measure_previous_token(rope, 48)
+    # offsets past 7 were never trained on: at positions 32-47 they pull weight off the previous token
+    assert float(on_previous[:7].mean()) > 0.7
+    assert float(on_previous[31:].mean()) < float(on_previous[:7].mean()) - 0.3
 
 
 # ---------------------------------------------------------------- bad input
@@ -288,58 +380,123 @@ def test_alibi_model_keeps_its_accuracy_past_the_trained_length():
     lambda: frequencies(3),
     lambda: shift_matrix(1, 5),
     lambda: sinusoidal_dot(1, 9),
-    lambda: SinusoidalPositionalEncoding(11, 4),
+    lambda: wavelength(9, 0),
+    lambda: SinusoidalPositionalEncoding(4, 11),
     lambda: apply_rope(torch.randn(4, 5)),
+    lambda: rotate_pairs(torch.randn(4, 5), torch.zeros(2)),
+    lambda: tiny_model("rope", d_model=7),
+    lambda: tiny_model("sinusoidal", d_model=7),
 ])
 def test_odd_width_is_refused_by_name(call):
     with pytest.raises(ValueError, match=r"must be an even number >= 2 .*got .*=(7|3|5|9|11)"):
         call()
 
 
-def test_zero_width_and_non_int_width_are_refused():
-    with pytest.raises(ValueError, match="d_model=0"):
-        sinusoidal_encoding(3, 0)
-    with pytest.raises(TypeError, match="d_model must be an int, got float"):
-        sinusoidal_encoding(3, 8.0)
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: sinusoidal_encoding(3, 0), ValueError, "d_model must be >= 1, got d_model=0"),
+    (lambda: sinusoidal_encoding(3, 8.0), TypeError, "d_model must be an int, got float"),
+    (lambda: sinusoidal_encoding(3, True), TypeError, "d_model must be an int, got bool"),
+    (lambda: frequencies("8"), TypeError, "d_model must be an int, got str"),
+    (lambda: SinusoidalPositionalEncoding(0, 8), ValueError, "max_len must be >= 1, got max_len=0"),
+    (lambda: SinusoidalPositionalEncoding(6.0, 8), TypeError, "max_len must be an int, got float"),
+    (lambda: LearnedPositionalEmbedding(-3, 8), ValueError, "max_len must be >= 1, got max_len=-3"),
+    (lambda: alibi_slopes(0), ValueError, "n_heads must be >= 1, got n_heads=0"),
+    (lambda: alibi_slopes(2.5), TypeError, "n_heads must be an int, got float"),
+    (lambda: alibi_bias(4.0, torch.ones(1)), TypeError, "length must be an int, got float"),
+    (lambda: alibi_bias(torch.tensor(4), torch.ones(1)), TypeError, "length must be an int, got Tensor"),
+    (lambda: wavelength(8, 4), ValueError, r"pair index j=4 is out of range: d_model=8 has pairs 0..3"),
+    (lambda: wavelength(8, 1.0), TypeError, "j must be an int, got float"),
+    (lambda: previous_token_batch(0, 8, 16), ValueError, "n_sequences must be >= 1"),
+    (lambda: previous_token_batch(4, 1, 16), ValueError, "length must be >= 2, got length=1"),
+    (lambda: train_previous_token(tiny_model("none", max_len=8), train_length=9), ValueError,
+     "T=9 is longer than max_len=8"),
+    (lambda: tiny_model("relative"), ValueError, "kind must be one of"),
+    (lambda: train_previous_token(torch.nn.Linear(2, 2)), TypeError, "model must be a masks.TinyModel"),
+    (lambda: train_previous_token(tiny_model("none"), seed=0.5), TypeError, "seed must be an int"),
+    (lambda: train_previous_token(tiny_model("none"), steps=0), ValueError, "steps must be >= 1"),
+    (lambda: train_previous_token(tiny_model("none"), lr="fast"), TypeError, "lr must be a number"),
+    (lambda: measure_previous_token(tiny_model("none"), 1), ValueError, "length must be >= 2"),
+    (lambda: measure_previous_token(tiny_model("none"), 4, n_sequences=0), ValueError,
+     "n_sequences must be >= 1"),
+    (lambda: tiny_model("none", vocab_size=0), ValueError, "vocab_size must be >= 2"),
+])
+def test_sizes_that_are_not_positive_ints_are_refused_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
 
 
-def test_negative_positions_are_refused_with_the_value():
-    with pytest.raises(ValueError, match=r"positions must be >= 0 .*minimum of -2 in positions of shape \(3,\)"):
-        sinusoidal_encoding(torch.tensor([0, -2, 4]), 8)
-    with pytest.raises(ValueError, match="number of positions must be >= 0, got positions=-1"):
-        sinusoidal_encoding(-1, 8)
-    with pytest.raises(ValueError, match="minimum of -1"):
-        apply_rope(torch.randn(3, 4), torch.tensor([-1, 0, 1]))
+@pytest.mark.parametrize("base, error, message", [
+    ("10000", TypeError, "base must be a number, got str"),
+    (None, TypeError, "base must be a number, got NoneType"),
+    (True, TypeError, "base must be a number, got bool"),
+    (-1.0, ValueError, "base must be positive, got -1"),
+    (float("inf"), ValueError, "base must be finite"),
+])
+@pytest.mark.parametrize("entry", [
+    lambda base: frequencies(8, base), lambda base: sinusoidal_encoding(3, 8, base),
+    lambda base: sinusoidal_dot(1, 8, base), lambda base: shift_matrix(1, 8, base),
+    lambda base: apply_rope(torch.zeros(3, 8), base=base), lambda base: RotaryPositions(base),
+    lambda base: SinusoidalPositionalEncoding(4, 8, base), lambda base: wavelength(8, 0, base),
+])
+def test_a_base_that_is_not_a_positive_number_is_refused_by_name(entry, base, error, message):
+    with pytest.raises(error, match=message):
+        entry(base)
 
 
-def test_float_positions_are_refused():
-    with pytest.raises(TypeError, match="positions must hold integers .*got dtype torch.float32"):
-        sinusoidal_encoding(torch.tensor([0.0, 1.5]), 8)
-    with pytest.raises(TypeError, match="offsets must be integers"):
+@pytest.mark.parametrize("positions, error, message", [
+    (torch.tensor([0.0, 1.5]), TypeError, "positions must hold integers, got dtype torch.float32"),
+    (torch.tensor([True, False]), TypeError, "positions must hold integers, got dtype torch.bool"),
+    (torch.tensor([0, -2, 4]), ValueError, r"positions must be >= 0 .*minimum of -2 in positions of shape \(3,\)"),
+    (-1, ValueError, "positions must be >= 0, got positions=-1"),
+    (2.0, TypeError, "positions must be an int .* or an integer tensor, got float"),
+    (True, TypeError, "positions must be an int .* or an integer tensor, got bool"),
+    ([0, 1], TypeError, "positions must be an int .* or an integer tensor, got list"),
+])
+def test_positions_that_are_not_non_negative_integers_are_refused(positions, error, message):
+    with pytest.raises(error, match=message):
+        sinusoidal_encoding(positions, 8)
+    if isinstance(positions, torch.Tensor):
+        with pytest.raises(error, match=message):
+            apply_rope(torch.zeros(positions.shape[0], 4), positions)
+
+
+def test_offsets_and_k_must_be_integers():
+    with pytest.raises(TypeError, match="offsets must hold integers, got dtype torch.float32"):
         sinusoidal_dot(torch.tensor([0.5]), 8)
+    with pytest.raises(TypeError, match="offsets must hold integers, got dtype torch.bool"):
+        sinusoidal_dot(torch.tensor([True]), 8)
+    with pytest.raises(TypeError, match="offsets must be an int or an integer tensor, got float"):
+        sinusoidal_dot(1.0, 8)
     with pytest.raises(TypeError, match="k must be an int offset, got float"):
         shift_matrix(1.0, 8)
+    with pytest.raises(TypeError, match="k must be an int offset, got bool"):
+        shift_matrix(True, 8)
 
 
-@pytest.mark.parametrize("module, kind", [(SinusoidalPositionalEncoding(8, max_len=6), "sinusoidal table"),
-                                          (LearnedPositionalEmbedding(max_len=6, d_model=8), "learned position table")])
-def test_sequences_longer_than_max_len_get_a_clear_error(module, kind):
-    with pytest.raises(ValueError, match=rf"sequence length T=9 is longer than max_len=6 of this {kind}: .*"
+@pytest.mark.parametrize("make", [lambda: SinusoidalPositionalEncoding(6, 8), lambda: LearnedPositionalEmbedding(6, 8)])
+def test_sequences_longer_than_max_len_get_a_clear_error(make):
+    with pytest.raises(ValueError, match=r"sequence length T=9 is longer than max_len=6 of this .*table: .*"
                                          r"positions 0\.\.5 only, so positions 6\.\.8 have no encoding"):
-        module(torch.zeros(2, 9, 8))
+        make()(torch.zeros(2, 9, 8))
 
 
-def test_the_tiny_model_refuses_sequences_past_its_table():
-    model = TinyPositionModel(5, 8, "learned", max_len=8)
+def test_the_tiny_model_refuses_sequences_past_its_table_and_bad_ids():
+    model = tiny_model("learned", vocab_size=5, max_len=8, d_model=8)
     with pytest.raises(ValueError, match="T=12 is longer than max_len=8"):
         model(torch.zeros(1, 12, dtype=torch.long))
+    with pytest.raises(TypeError, match="ids must hold integers, got dtype torch.float32"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"ids must be token ids in 0..4, got values from 0 to 7"):
+        model(torch.tensor([[0, 7, 2]]))
 
 
-def test_width_mismatch_in_modules_names_the_shape():
-    with pytest.raises(ValueError, match=r"x of shape \(2, 3, 5\) must end in d_model=8"):
-        SinusoidalPositionalEncoding(8, 10)(torch.zeros(2, 3, 5))
-    with pytest.raises(ValueError, match=r"x of shape \(2, 3, 5\) must end in d_model=8"):
+def test_width_mismatch_names_the_shape():
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 3, 5\)"):
+        SinusoidalPositionalEncoding(10, 8)(torch.zeros(2, 3, 5))
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 3, 5\)"):
         LearnedPositionalEmbedding(10, 8)(torch.zeros(2, 3, 5))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        SinusoidalPositionalEncoding(10, 8)(torch.zeros(2, 3, 8, dtype=torch.long))
 
 
 def test_rope_bad_input():
@@ -351,33 +508,23 @@ def test_rope_bad_input():
         apply_rope(torch.zeros(4))
     with pytest.raises(ValueError, match=r"positions of shape \(2,\) must have one entry per row of x: x has shape \(3, 4\)"):
         apply_rope(torch.zeros(3, 4), torch.tensor([0, 1]))
+    with pytest.raises(TypeError, match="angles must be a floating-point tensor"):
+        rotate_pairs(torch.zeros(3, 4), torch.zeros(3, 2, dtype=torch.long))
 
 
-def test_other_bad_arguments():
-    with pytest.raises(ValueError, match="position must be one of"):
-        TinyPositionModel(5, 8, "relative")
-    with pytest.raises(ValueError, match="train_length=80, max_len=64"):
-        train_previous_token("learned", train_length=80)
-    with pytest.raises(ValueError, match="max_len must be a positive int, got max_len=0"):
-        LearnedPositionalEmbedding(0, 8)
-    with pytest.raises(ValueError, match="max_len must be a positive int, got max_len=-3"):
-        SinusoidalPositionalEncoding(8, -3)
-    with pytest.raises(ValueError, match="n_heads must be a positive int, got n_heads=0"):
-        alibi_slopes(0)
+def test_rotation_and_alibi_bad_input():
     with pytest.raises(ValueError, match=r"scales of shape \(3,\) must match angles of shape \(2,\)"):
         block_rotation(torch.zeros(2), torch.ones(3))
-    with pytest.raises(ValueError, match="base must be positive, got -1"):
-        frequencies(8, base=-1.0)
-    with pytest.raises(ValueError, match=r"tokens must have 2 dimensions, got shape \(4,\)"):
-        TinyPositionModel(5, 8, "none")(torch.zeros(4, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"tokens must be ids in 0..4, got values from 0 to 7 in tokens of shape \(1, 3\)"):
-        TinyPositionModel(5, 8, "none")(torch.tensor([[0, 7, 2]]))
-    with pytest.raises(TypeError, match="tokens must be integer ids, got dtype torch.float32"):
-        TinyPositionModel(5, 8, "none")(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="d_model must be an even number >= 2 .*got d_model=7"):
-        TinyPositionModel(5, 7, "rope")
-    with pytest.raises(ValueError, match=r"pair index j=4 is out of range: d_model=8 has pairs 0..3"):
-        wavelength(8, 4)
+    with pytest.raises(ValueError, match=r"angles must have 1 dimensions, got shape \(2, 2\)"):
+        block_rotation(torch.zeros(2, 2))
+    with pytest.raises(TypeError, match="slopes must be a floating-point tensor"):
+        alibi_bias(4, torch.tensor([1]))
+    with pytest.raises(ValueError, match="slope must be positive, got 0"):
+        ALiBiPositions(0.0)
+    with pytest.raises(TypeError, match="slope must be a number, got str"):
+        ALiBiPositions("1/2")
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype"):
+        sinusoidal_encoding(3, 8, dtype=torch.long)
 
 
 # ---------------------------------------------------------------- widgets

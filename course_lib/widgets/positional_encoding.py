@@ -8,8 +8,9 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
+from ..attention import attention_scores
 from ..plots import svg_curve, svg_heatmap, svg_vectors
-from ..positional_encoding import apply_rope, frequencies
+from ..positional_encoding import apply_rope, frequencies, rotate_pairs
 from . import LiveView, row
 
 D_CHOICES = [8, 16, 32, 64, 128, 256, 512]
@@ -87,12 +88,10 @@ def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
     tables, pairs = {}, {}
     for angle in ROPE_ANGLES:
         turn = torch.full((d_head // 2,), math.radians(angle), dtype=torch.float64)
-        pair_q = query.view(-1, 2)
-        key = torch.stack([pair_q[:, 0] * turn.cos() - pair_q[:, 1] * turn.sin(),
-                           pair_q[:, 0] * turn.sin() + pair_q[:, 1] * turn.cos()], -1).flatten()
+        key = rotate_pairs(query, turn)  # (d,): the query's content, every pair turned by `angle`
         q_rot = apply_rope(query.expand(length, d_head))  # (T, d): the same content at every position
         k_rot = apply_rope(key.expand(length, d_head))
-        tables[angle] = (q_rot @ k_rot.T).numpy()  # (T, T)
+        tables[angle] = attention_scores(q_rot, k_rot, scale=1.0).numpy()  # (T, T): [m, n] = q_m . k_n
         pairs[angle] = (q_rot[:, :2].numpy(), k_rot[:, :2].numpy())
     labels = [f"{i}:{t}" for i, t in enumerate(ROPE_TOKENS)]
 
