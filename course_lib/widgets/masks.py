@@ -69,8 +69,8 @@ def mask_explorer_widget() -> LiveView:
             for mask_name in MASKS:
                 mask = _mask_for(kind, mask_name, q.shape[1], k.shape[1], lengths[key_side])  # (B, rows, cols)
                 for scorer_name, scores in raw.items():
-                    scaled = (scales[:, None, None, None] * scores).masked_fill(~mask, float("-inf"))  # (N, B, rows, cols)
-                    table[(kind, scorer_name, mask_name)] = (softmax(scaled).numpy(), mask.numpy())
+                    scaled = scales[:, None, None, None] * scores  # (N, B, rows, cols)
+                    table[(kind, scorer_name, mask_name)] = (softmax(scaled, mask=mask).numpy(), mask.numpy())
 
     def render(kind: str, scorer: str, mask: str, pair: int, scale: float, query: int) -> str:
         query_side, key_side = KINDS[kind]
