@@ -17,11 +17,13 @@ A query whose every key is masked gets zero weights and a zero output row, never
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention import Attention, scaled_dot_product_attention, softmax
 from .guards import (broadcast_shape, require_choice, require_count, require_float, require_integer,
@@ -58,8 +60,7 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
     lengths = [require_count("each length", n, minimum=0) for n in lengths]
     if any(n > S for n in lengths):
         raise ValueError(f"lengths {lengths} must each be at most S={S}")
-    if side not in ("right", "left"):
-        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    require_choice("side", side, ("right", "left"))
     positions = torch.arange(S)  # (S,)
     counts = torch.tensor(lengths, dtype=torch.long).reshape(-1, 1)  # (B, 1)
     real = positions < counts if side == "right" else positions >= S - counts  # (B, S)
@@ -90,6 +91,8 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     require_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (it holds -inf), got {dtype!r}")
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
@@ -112,22 +115,46 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
 def to_multihead_attention(layer: Attention) -> nn.MultiheadAttention:
     """An nn.MultiheadAttention (1 head, batch_first) holding `layer`'s weights, for comparison.
 
-    Needs d_k = d_v = d_model = d_memory, torch's own layout for one head.
+    Needs d_k = d_v = d_model (torch projects to embed_dim); a d_memory != d_model becomes
+    torch's kdim = vdim = d_memory, with separate q/k/v projection weights.
     """
-    widths = (layer.query.out_features, layer.value.out_features, layer.d_memory)
+    require_layer("layer", layer)
+    widths = (layer.query.out_features, layer.value.out_features)
     if any(w != layer.d_model for w in widths):
-        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_memory = d_model = {layer.d_model}, "
-                         f"got d_k, d_v, d_memory = {widths}")
+        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, "
+                         f"got d_k, d_v = {widths}")
     has_bias = layer.query.bias is not None
     dtype = layer.query.weight.dtype
-    mha = nn.MultiheadAttention(layer.d_model, num_heads=1, bias=has_bias, batch_first=True, dtype=dtype)
+    mha = nn.MultiheadAttention(layer.d_model, num_heads=1, bias=has_bias, batch_first=True, dtype=dtype,
+                                kdim=layer.d_memory, vdim=layer.d_memory)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
+        if mha._qkv_same_embed_dim:  # one stacked (3D, D) weight
+            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
+        else:  # kdim != embed_dim: three separate weights
+            mha.q_proj_weight.copy_(layer.query.weight)
+            mha.k_proj_weight.copy_(layer.key.weight)
+            mha.v_proj_weight.copy_(layer.value.weight)
         mha.out_proj.weight.copy_(layer.out.weight)
         if has_bias:
             mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
             mha.out_proj.bias.copy_(layer.out.bias)
     return mha
+
+
+def require_layer(name: str, layer: object) -> Attention:
+    if not isinstance(layer, Attention):
+        raise TypeError(f"{name} must be a course_lib.attention.Attention layer, got {type(layer).__name__}")
+    return layer
+
+
+def _lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
+    """padding_mask for x: (B, S, D) from B lengths, or None; the count of lengths must be B."""
+    if lengths is None:
+        return None
+    mask = padding_mask(lengths, x.shape[1])  # (B', 1, S)
+    if mask.shape[0] != x.shape[0]:
+        raise ValueError(f"{name} has {mask.shape[0]} lengths but the batch has B={x.shape[0]} sequences")
+    return mask
 
 
 def encoder_self_attention(layer: Attention, source: Tensor,
@@ -136,8 +163,9 @@ def encoder_self_attention(layer: Attention, source: Tensor,
 
     source: (B, n, D) -> output (B, n, D), weights (B, n, n).
     """
+    require_layer("layer", layer)
     require_float("source", source, 3, 3)
-    mask = None if source_lengths is None else padding_mask(source_lengths, source.shape[1])  # (B, 1, n)
+    mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(source, mask=mask)
 
 
@@ -147,11 +175,11 @@ def decoder_self_attention(layer: Attention, target: Tensor,
 
     target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
     """
+    require_layer("layer", layer)
     require_float("target", target, 3, 3)
-    m = target.shape[1]
-    mask = causal_mask(m)  # (m, m)
+    mask = causal_mask(target.shape[1])  # (m, m)
     if target_lengths is not None:
-        mask = combine_masks(mask, padding_mask(target_lengths, m))  # (B, m, m)
+        mask = combine_masks(mask, _lengths_mask("target_lengths", target_lengths, target))  # (B, m, m)
     return layer(target, mask=mask)
 
 
@@ -161,11 +189,12 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
 
     target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
     """
+    require_layer("layer", layer)
     require_float("target", target, 3, 3)
     require_float("source", source, 3, 3)
     if target.shape[0] != source.shape[0]:
         raise ValueError(f"target {tuple(target.shape)} and source {tuple(source.shape)} need the same batch size B")
-    mask = None if source_lengths is None else padding_mask(source_lengths, source.shape[1])  # (B, 1, n)
+    mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(target, source, mask=mask)
 
 
@@ -176,7 +205,8 @@ class AdditiveScorer(nn.Module):
     """Bahdanau's score: a one-hidden-layer MLP of each (query, key) pair.
 
     score(q_t, k_s) = w . tanh(W_q q_t + W_k k_s). q: (..., T, d_q), k: (..., S, d_k) ->
-    scores (..., T, S). d_q and d_k may differ, which a dot product does not allow.
+    scores (..., T, S). W_q and W_k map both sides to d_hidden, so d_q and d_k may differ
+    (a dot-product layer's W_Q and W_K do the same; only the raw q . k needs equal widths).
     """
 
     def __init__(self, d_q: int, d_k: int, d_hidden: int):
@@ -192,8 +222,12 @@ class AdditiveScorer(nn.Module):
             require_float(name, t, min_rank=2)
             require_width(name, t, width)
         broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
-        # Project each query and key once, then pair them by broadcasting: (..., T, 1, h) + (..., 1, S, h).
-        hidden = torch.tanh(self.query(q)[..., :, None, :] + self.key(k)[..., None, :, :])  # (..., T, S, h)
+        return self.pair_scores(self.query(q), self.key(k))  # (..., T, S)
+
+    def pair_scores(self, hq: Tensor, hk: Tensor) -> Tensor:
+        """The per-pair part, on projected rows hq: (..., T, h), hk: (..., S, h) -> (..., T, S)."""
+        # Pair every query with every key by broadcasting: (..., T, 1, h) + (..., 1, S, h).
+        hidden = torch.tanh(hq[..., :, None, :] + hk[..., None, :, :])  # (..., T, S, h)
         return self.w(hidden).squeeze(-1)  # (..., T, S)
 
 
@@ -204,6 +238,9 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     q: (..., T, d_q), k: (..., S, d_k), v: (..., S, d_v), mask: bool broadcastable to (..., T, S).
     Returns (output (..., T, d_v), weights (..., T, S)).
     """
+    if not isinstance(scorer, AdditiveScorer):
+        raise TypeError(f"scorer must be an AdditiveScorer, got {type(scorer).__name__}")
+    require_float("k", k, min_rank=2)
     require_float("v", v, min_rank=2)
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(f"k and v must have the same number of positions S: k has shape {tuple(k.shape)}, "
@@ -213,25 +250,73 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     return weights @ v, weights  # (..., T, d_v)
 
 
-def operations_per_score(kind: str, d_k: int, d_hidden: int = 0) -> dict[str, int]:
-    """Arithmetic spent on each (query, key) pair, the part of the cost that grows with T*S.
+class OperationCounter(TorchDispatchMode):
+    """Counts the arithmetic torch actually runs inside a `with` block, by kind of operation.
 
-    "dot": d_k multiply-adds. "additive": d_hidden additions (W_q q_t + W_k k_s), d_hidden tanh
-    calls and d_hidden multiply-adds (w . tanh(...)). The projections of queries and keys are
-    done once per token, for both kinds, and are not counted here.
+    Matrix products count m*n*k multiply-adds; add/sub, mul/div and tanh count one per output
+    element; shape-only operations (views, transposes) count nothing; anything else is listed
+    under its own name so that no work goes uncounted.
     """
-    if kind == "dot":
-        return {"multiply-adds": d_k, "additions": 0, "tanh": 0}
-    if kind == "additive":
-        return {"multiply-adds": d_hidden, "additions": d_hidden, "tanh": d_hidden}
-    raise ValueError(f"kind must be 'dot' or 'additive', got {kind!r}")
+
+    MATMULS = ("mm", "bmm", "addmm")
+    KINDS = {"add": "additions", "sub": "additions", "mul": "multiplications", "div": "multiplications",
+             "tanh": "tanh"}
+    SHAPE_ONLY = ("view", "_unsafe_view", "t", "transpose", "unsqueeze", "squeeze", "expand", "slice",
+                  "permute", "reshape", "alias", "detach", "clone", "_to_copy")
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in self.MATMULS:
+            a, b = args[-2], args[-1]  # addmm(bias, a, b): the product is of the last two
+            self.counts["multiply-adds"] += a.numel() * b.shape[-1]  # (.., m, k) @ (.., k, n): m*k*n
+            if name == "addmm":
+                self.counts["additions"] += out.numel()
+        elif name in self.KINDS:
+            self.counts[self.KINDS[name]] += out.numel()
+        elif name not in self.SHAPE_ONLY:
+            self.counts[name] += out.numel()
+        return out
+
+
+def operations_per_score(kind: str, d_k: int, d_hidden: int | None = None, T: int = 6, S: int = 5
+                         ) -> dict[str, float]:
+    """Arithmetic per (query, key) pair, COUNTED while a (T, S) score matrix is computed.
+
+    Only the part that grows with T*S is run: the projections of queries and keys happen
+    once per token for both kinds and are done before counting. "dot": q @ k^T on
+    projected rows of width d_k. "additive": AdditiveScorer.pair_scores on projected rows of
+    width d_hidden (default d_k). Returns {kind of operation: count / (T*S)}.
+    """
+    require_choice("kind", kind, ("dot", "additive"))
+    d_k = require_count("d_k", d_k)
+    d_hidden = d_k if d_hidden is None else require_count("d_hidden", d_hidden)
+    T, S = require_count("T", T), require_count("S", S)
+    gen = torch.Generator().manual_seed(0)
+    width = d_k if kind == "dot" else d_hidden
+    hq, hk = torch.randn(T, width, generator=gen), torch.randn(S, width, generator=gen)  # projected rows
+    scorer = AdditiveScorer(d_k, d_k, d_hidden) if kind == "additive" else None
+    counter = OperationCounter()
+    with torch.no_grad(), counter:
+        scores = hq @ hk.T if scorer is None else scorer.pair_scores(hq, hk)  # (T, S)
+    assert scores.shape == (T, S)
+    return {name: count / (T * S) for name, count in sorted(counter.counts.items())}
 
 
 def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k: Tensor, repeats: int = 20) -> float:
     """Best-of-`repeats` wall-clock seconds of score_fn(q, k), divided by the number of scores.
 
-    Timing varies from machine to machine and run to run: show it, never assert on it.
+    Timing varies from machine to machine and run to run: show it, assert only wide margins.
     """
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable, got {type(score_fn).__name__}")
+    require_float("q", q, min_rank=2)
+    require_float("k", k, min_rank=2)
+    require_count("repeats", repeats)
     best = float("inf")
     with torch.no_grad():
         for _ in range(repeats):
@@ -244,7 +329,9 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 # ------------------------------------------------------------------ is a layer causal?
 
 
-def _require_sequence_fn_input(x: Tensor) -> None:
+def _require_sequence_fn_input(fn: object, x: Tensor) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     require_float("x", x, 2, 2)
 
 
@@ -255,7 +342,8 @@ def future_perturbation(fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0
     |change| of any output row 0..t when every input row after t is replaced by fresh
     random values. A causal fn gives exactly zeros.
     """
-    _require_sequence_fn_input(x)
+    _require_sequence_fn_input(fn, x)
+    require_count("seed", seed, minimum=0)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         reference = fn(x)
@@ -272,7 +360,7 @@ def influence_matrix(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
 
     fn maps x: (T, D) to (T, d_out). A causal fn has exact zeros above the diagonal.
     """
-    _require_sequence_fn_input(x)
+    _require_sequence_fn_input(fn, x)
     jacobian = torch.autograd.functional.jacobian(fn, x)  # (T, d_out, T, D)
     return jacobian.pow(2).sum(dim=(1, 3)).sqrt()  # (T, T)
 
@@ -283,7 +371,7 @@ def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     x: (T, D) -> (T, d_out). With a causal fn this equals fn(x): one forward pass gives
     every prefix's answer, which is why a decoder trains on all positions in parallel.
     """
-    _require_sequence_fn_input(x)
+    _require_sequence_fn_input(fn, x)
     return torch.stack([fn(x[: t + 1])[-1] for t in range(x.shape[0])])  # (T, d_out)
 
 
@@ -348,6 +436,21 @@ class TinyConfig:
     residual: bool = True
     seed: int = 0  # the initial weights
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise, naming the field, unless every field has a usable value."""
+        require_count("config.vocab_size", self.vocab_size, minimum=2)
+        require_count("config.max_len", self.max_len)
+        require_count("config.d_model", self.d_model)
+        require_count("config.seed", self.seed, minimum=0)
+        for name in ("causal", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"config.{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.positions, str):
+            raise TypeError(f"config.positions must be a string, got {type(self.positions).__name__}")
+
 
 class TinyModel(nn.Module):
     """The course's tiny model: token embedding, a position scheme, one attention head, a read-out.
@@ -359,10 +462,12 @@ class TinyModel(nn.Module):
 
     def __init__(self, config: TinyConfig, positions: Positions | None = None):
         super().__init__()
+        if not isinstance(config, TinyConfig):
+            raise TypeError(f"config must be a TinyConfig, got {type(config).__name__}")
+        config.validate()  # fields may have been changed since the config was made
+        if positions is not None and not isinstance(positions, Positions):
+            raise TypeError(f"positions must be a Positions scheme, got {type(positions).__name__}")
         self.config = config
-        require_count("vocab_size", config.vocab_size, minimum=2)
-        require_count("max_len", config.max_len)
-        require_count("d_model", config.d_model)
         with torch.random.fork_rng():  # seeded initial weights; the caller's generator is left alone
             torch.manual_seed(config.seed)
             self.tokens = nn.Embedding(config.vocab_size, config.d_model)
@@ -403,7 +508,11 @@ def train_tiny_model(model: TinyModel, make_batch: Callable[[torch.Generator], t
     The loss is the cross-entropy of the model's logits at every position whose target is not
     IGNORE. The data generator is seeded by `seed`. Returns every step's loss.
     """
-    generator = torch.Generator().manual_seed(seed)
+    if not isinstance(model, TinyModel):
+        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    if not callable(make_batch):
+        raise TypeError(f"make_batch must be callable, got {type(make_batch).__name__}")
+    generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
     vocab_size = model.config.vocab_size
 
     def loss_of_step(_: int) -> Tensor:
@@ -423,9 +532,11 @@ def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8,
     whole sequence in view at once, as in training) and generation (position t predicted
     from the prefix of t+1 tokens alone: the future is not written yet).
     """
-    require_count("vocab", vocab, minimum=2)
     require_count("T", T, minimum=2)
+    require_count("batch", batch)
+    # float64: the demo's figures then hardly depend on the CPU's kernels or the thread count.
     model = TinyModel(TinyConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
+    model = model.to(torch.float64)
 
     def next_token_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab, (batch, T + 1), generator=generator)
@@ -482,6 +593,7 @@ def matching_layer(d_model: int, sharpness: float = 4.0) -> Attention:
     a word of unrelated meaning: a hand-set stand-in for what training would learn.
     Its parameters are frozen (requires_grad=False).
     """
+    require_count("d_model", d_model)
     require_number("sharpness", sharpness, positive=True)
     layer = Attention(d_model)
     factor = (sharpness * d_model ** 0.5) ** 0.5  # the layer divides by sqrt(d_k) = sqrt(d_model)
@@ -498,6 +610,18 @@ def fit_additive_scorer(scorer: AdditiveScorer, q: Tensor, k: Tensor, target_wei
     q: (..., T, d_q), k: (..., S, d_k), target_weights: (..., T, S). The loss is the mean
     cross-entropy of the rows that have an allowed key; returns the last loss.
     """
+    if not isinstance(scorer, AdditiveScorer):
+        raise TypeError(f"scorer must be an AdditiveScorer, got {type(scorer).__name__}")
+    require_float("q", q, min_rank=2)
+    require_float("k", k, min_rank=2)
+    require_float("target_weights", target_weights, min_rank=2)
+    expected = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions",
+                               tuple(k.shape[:-2])) + (q.shape[-2], k.shape[-2])
+    if target_weights.shape != expected:
+        raise ValueError(f"target_weights must have the scores' shape {tuple(expected)}, "
+                         f"got {tuple(target_weights.shape)}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
     target_weights = target_weights.detach()
     live = target_weights.sum(-1) > 0  # (..., T): rows with at least one allowed key
 

@@ -9,12 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import scaled_dot_product_attention
-from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, Attention,
-                              additive_attention, additive_mask, causal_mask, combine_masks,
+from course_lib.attention import Attention
+from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, LearnedPositions,
+                              TinyConfig, TinyModel, additive_attention, additive_mask, causal_mask, combine_masks,
                               cross_attention, decoder_self_attention, encoder_self_attention, fit_additive_scorer,
                               future_perturbation, influence_matrix, matching_layer, operations_per_score,
                               padding_mask, prefix_outputs, seconds_per_score, to_multihead_attention,
-                              to_torch_mha_mask, toy_embedding, toy_translation_batch, train_next_token)
+                              to_torch_mha_mask, toy_embedding, toy_translation_batch, train_next_token,
+                              train_tiny_model)
 from exercise_harness import outcome
 from tensors import DTYPES, TOL, random_qkv
 
@@ -159,9 +161,44 @@ def test_cross_attention_matches_multihead_attention_with_key_padding_mask(dtype
     assert torch.allclose(ours, theirs, atol=TOL[dtype])
 
 
-def test_to_torch_mha_mask_is_logical_not():
-    mask = random_mask(torch.Generator().manual_seed(10), (2, 4, 4))
-    assert torch.equal(to_torch_mha_mask(mask), ~mask)
+@pytest.mark.parametrize("bias", [False, True])
+def test_cross_attention_of_another_width_matches_multihead_attention_with_kdim(bias):
+    layer = seeded_layer(6, torch.float64, d_memory=4, bias=bias)
+    mha = to_multihead_attention(layer)
+    assert (mha.kdim, mha.vdim) == (4, 4)
+    gen = torch.Generator().manual_seed(10)
+    target, source = (torch.randn(2, t, d, generator=gen, dtype=torch.float64) for t, d in ((5, 6), (3, 4)))
+    with torch.no_grad():
+        ours, weights = cross_attention(layer, target, source, [2, 3])
+        theirs, their_weights = mha(target, source, source,
+                                    key_padding_mask=to_torch_mha_mask(padding_mask([2, 3], 3)[:, 0]))
+    assert torch.allclose(ours, theirs, atol=1e-12) and torch.allclose(weights, their_weights, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["boolean", "additive"])
+def test_gradients_through_a_fully_masked_row_are_finite(form):
+    layer = seeded_layer(8, torch.float64, bias=True)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(11), dtype=torch.float64).requires_grad_(True)
+    mask = combine_masks(causal_mask(5), padding_mask([3, 5], 5, side="left"))  # sentence 0: rows 0, 1 are dead
+    assert not mask[0, :2].any() and mask[0, 2:].any(-1).all()
+    kwargs = {"mask": mask} if form == "boolean" else {"bias": additive_mask(mask, torch.float64)}
+    out, weights = layer(x, **kwargs)
+    out.pow(2).sum().backward()
+    grads = [x.grad] + [p.grad for p in layer.parameters()]
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert torch.equal(weights[0, :2], torch.zeros(2, 5, dtype=torch.float64))
+    # The live rows still learn: a dead row contributes zero gradient, not NaN and not nothing at all.
+    assert x.grad[1].abs().sum() > 0 and layer.query.weight.grad.abs().sum() > 0
+
+
+def test_cross_attention_is_not_causal_but_decoder_self_attention_is():
+    source, target = toy_translation_batch()
+    layer = matching_layer(source.shape[-1])
+    enc_out, _ = encoder_self_attention(layer, source)
+    moved = future_perturbation(lambda src: cross_attention(layer, target[:1], src[None])[0][0], enc_out[0])
+    assert (moved[:-1] > 1e-3).all()  # a later source word moves an earlier target position
+    stayed = future_perturbation(lambda tgt: decoder_self_attention(layer, tgt[None])[0][0], target[0])
+    assert (stayed == 0).all()
 
 
 # ------------------------------------------------------------------ building and combining masks
@@ -308,14 +345,34 @@ def test_additive_scorer_can_learn_the_dot_product_alignment():
     assert (add_w - crs_w).abs().max() < 0.02
 
 
-def test_operation_counts_per_score():
-    assert operations_per_score("dot", 64) == {"multiply-adds": 64, "additions": 0, "tanh": 0}
-    assert sum(operations_per_score("additive", 64, 64).values()) == 3 * 64
+@pytest.mark.parametrize("d_k,d_hidden", [(64, 64), (8, 3), (5, 16)])
+def test_operation_counts_per_score(d_k, d_hidden):
+    # By hand: q . k is d_k multiply-adds; w . tanh(a_t + b_s) is d_h additions, tanh calls and multiply-adds.
+    assert operations_per_score("dot", d_k, T=3, S=7) == {"multiply-adds": d_k}
+    assert operations_per_score("additive", d_k, d_hidden) == {
+        "additions": d_hidden, "multiply-adds": d_hidden, "tanh": d_hidden}
 
 
-def test_seconds_per_score_is_positive():
-    q = torch.randn(8, 4)
-    assert seconds_per_score(lambda a, b: a @ b.T, q, q, repeats=2) > 0
+def test_operation_counts_agree_with_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+    T, S, d_h = 6, 5, 12
+    scorer = AdditiveScorer(4, 4, d_h)
+    hq, hk = torch.randn(T, d_h), torch.randn(S, d_h)
+    with torch.no_grad(), FlopCounterMode(display=False) as flops:
+        scorer.pair_scores(hq, hk)
+    # torch counts a multiply-add as 2 flops, and counts only matrix products
+    assert flops.get_total_flops() / 2 / (T * S) == operations_per_score("additive", 4, d_h, T, S)["multiply-adds"]
+
+
+def test_seconds_per_score_is_the_best_time_divided_by_the_number_of_scores():
+    import time
+
+    def slow(a, b):  # at least 2 ms per call, 10 scores
+        time.sleep(0.002)
+        return torch.zeros(10)
+
+    per_score = seconds_per_score(slow, torch.randn(2, 2), torch.randn(2, 2), repeats=2)
+    assert 0.002 / 10 <= per_score < 0.1 / 10
 
 
 # ------------------------------------------------------------------ break it: a decoder without its mask
@@ -351,7 +408,7 @@ def test_padding_mask_rejects_negative_and_float_lengths():
 
 
 def test_padding_mask_rejects_unknown_side():
-    with pytest.raises(ValueError, match="side must be 'right' or 'left', got 'middle'"):
+    with pytest.raises(ValueError, match=r"side must be one of \('right', 'left'\), got 'middle'"):
         padding_mask([1], 2, side="middle")
 
 
@@ -401,8 +458,10 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 
 
 def test_to_multihead_attention_needs_equal_widths():
-    with pytest.raises(ValueError, match=r"d_k = d_v = d_memory = d_model = 8, got d_k, d_v, d_memory = \(4, 8, 8\)"):
+    with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
         to_multihead_attention(Attention(8, d_k=4))
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
+        to_multihead_attention(torch.nn.Linear(2, 2))
 
 
 def test_additive_scorer_rejects_wrong_widths_and_batches():
@@ -429,8 +488,111 @@ def test_causality_helpers_want_one_sequence():
         prefix_outputs(lambda x: x, torch.ones(3, 4, dtype=torch.long))
 
 
+@pytest.mark.parametrize("field,value,error,message", [
+    ("vocab_size", 1, ValueError, "config.vocab_size must be >= 2, got config.vocab_size=1"),
+    ("max_len", 0, ValueError, "config.max_len must be >= 1, got config.max_len=0"),
+    ("d_model", 4.0, TypeError, "config.d_model must be an int, got float 4.0"),
+    ("d_model", True, TypeError, "config.d_model must be an int, got bool True"),
+    ("seed", -1, ValueError, "config.seed must be >= 0"),
+    ("causal", 1, TypeError, "config.causal must be True or False, got 1"),
+    ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
+def test_tiny_config_names_its_bad_field(field, value, error, message):
+    with pytest.raises(error, match=message):
+        TinyConfig(**{field: value})
+    config = TinyConfig()
+    setattr(config, field, value)  # changed after it was made: the model checks again
+    with pytest.raises(error, match=message):
+        TinyModel(config)
+
+
+def test_tiny_model_and_its_training_name_bad_arguments():
+    with pytest.raises(ValueError, match="config.positions must be one of .* got 'sinusoidal'"):
+        TinyModel(TinyConfig(positions="sinusoidal"))
+    with pytest.raises(TypeError, match="config must be a TinyConfig, got dict"):
+        TinyModel({"vocab_size": 8})
+    with pytest.raises(TypeError, match="positions must be a Positions scheme, got Linear"):
+        TinyModel(TinyConfig(), positions=torch.nn.Linear(2, 2))
+    model = TinyModel(TinyConfig())
+    with pytest.raises(TypeError, match="ids must hold integers, got dtype torch.float32"):
+        model(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"ids must be token ids in 0..7, got values from 0 to 8"):
+        model(torch.tensor([[0, 8]]))
+    with pytest.raises(ValueError, match="sequence length T=9 is longer than max_len=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    batch = lambda gen: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="model must be a TinyModel, got Linear"):
+        train_tiny_model(torch.nn.Linear(2, 2), batch, steps=1)
+    with pytest.raises(TypeError, match="make_batch must be callable, got list"):
+        train_tiny_model(model, [], steps=1)
+    with pytest.raises(ValueError, match="lr must be positive, got -1.0"):
+        train_tiny_model(model, batch, steps=1, lr=-1)
+    with pytest.raises(ValueError, match="seed must be >= 0, got seed=-2"):
+        train_tiny_model(model, batch, steps=1, seed=-2)
+    with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
+        LearnedPositions(0, 4)
+    with pytest.raises(TypeError, match="config.causal must be True or False, got 'no'"):
+        train_next_token("no", steps=1)
+    with pytest.raises(TypeError, match="batch must be an int, got float 8.0"):
+        train_next_token(True, steps=1, batch=8.0)
+
+
+@pytest.mark.parametrize("d_q,d_k,d_hidden,message", [(0, 4, 4, "d_q must be >= 1, got d_q=0"),
+                                                      (4, -2, 4, "d_k must be >= 1, got d_k=-2"),
+                                                      (4, 4, 2.5, "d_hidden must be an int, got float 2.5")])
+def test_additive_scorer_rejects_bad_sizes(d_q, d_k, d_hidden, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        AdditiveScorer(d_q, d_k, d_hidden)
+
+
+def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
+    layer, x = Attention(4), torch.randn(2, 3, 4)
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got AdditiveScorer"):
+        encoder_self_attention(AdditiveScorer(4, 4, 4), x)
+    with pytest.raises(ValueError, match="source_lengths has 3 lengths but the batch has B=2 sequences"):
+        encoder_self_attention(layer, x, [1, 2, 3])
+    with pytest.raises(ValueError, match="target_lengths has 1 lengths but the batch has B=2"):
+        decoder_self_attention(layer, x, [1])
+    with pytest.raises(TypeError, match="each length must be an int, got bool True"):
+        cross_attention(layer, x, x, [True, 2])
+    with pytest.raises(TypeError, match="source must be a floating-point tensor, got dtype torch.int64"):
+        encoder_self_attention(layer, torch.ones(2, 3, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype"):
+        additive_mask(causal_mask(3), dtype=torch.int32)
+    with pytest.raises(TypeError, match="scorer must be an AdditiveScorer, got Attention"):
+        additive_attention(layer, x, x, x)
+    scorer = AdditiveScorer(4, 4, 4)
+    with pytest.raises(TypeError, match="k must be a floating-point tensor, got dtype torch.int64"):
+        additive_attention(scorer, x, torch.ones(2, 3, 4, dtype=torch.long), x)
+    with pytest.raises(ValueError, match=r"target_weights must have the scores' shape \(2, 3, 3\), got \(3, 3\)"):
+        fit_additive_scorer(scorer, x, x, torch.ones(3, 3) / 3)
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        fit_additive_scorer(scorer, x, x, torch.ones(2, 3, 3) / 3, mask=torch.ones(3, 3))
+    with pytest.raises(TypeError, match="steps must be an int, got float 2.0"):
+        fit_additive_scorer(scorer, x, x, torch.ones(2, 3, 3) / 3, steps=2.0)
+
+
+def test_cost_and_causality_helpers_name_bad_arguments():
+    q = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="d_k must be >= 1, got d_k=0"):
+        operations_per_score("dot", 0)
+    with pytest.raises(TypeError, match="d_hidden must be an int, got float 2.0"):
+        operations_per_score("additive", 4, 2.0)
+    with pytest.raises(TypeError, match="score_fn must be callable, got str"):
+        seconds_per_score("q @ k.T", q, q)
+    with pytest.raises(ValueError, match="repeats must be >= 1, got repeats=0"):
+        seconds_per_score(lambda a, b: a @ b.T, q, q, repeats=0)
+    with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
+        seconds_per_score(lambda a, b: a, torch.ones(3, 4, dtype=torch.long), q)
+    with pytest.raises(TypeError, match="fn must be callable, got Tensor"):
+        influence_matrix(q, q)
+    with pytest.raises(ValueError, match="seed must be >= 0, got seed=-1"):
+        future_perturbation(lambda x: x, q, seed=-1)
+    with pytest.raises(ValueError, match="d_model must be >= 1, got d_model=0"):
+        matching_layer(0)
+
+
 def test_other_bad_arguments_are_named():
-    with pytest.raises(ValueError, match="kind must be 'dot' or 'additive', got 'cosine'"):
+    with pytest.raises(ValueError, match=r"kind must be one of \('dot', 'additive'\), got 'cosine'"):
         operations_per_score("cosine", 4)
     with pytest.raises(ValueError, match="steps must be >= 1, got steps=0"):
         train_next_token(True, steps=0)
@@ -438,6 +600,20 @@ def test_other_bad_arguments_are_named():
         toy_embedding("chien", "DE")
     with pytest.raises(ValueError, match="sharpness must be positive, got -1.0"):
         matching_layer(4, sharpness=-1)
+
+
+# ------------------------------------------------------------------ the widget
+
+def test_widget_query_slider_never_passes_the_sentence():
+    from course_lib.widgets.masks import mask_explorer_widget
+    live = mask_explorer_widget()
+    kind, query = live.controls["kind"], live.controls["query"]
+    query.value = len(TARGET[0]) - 1  # the last target word
+    kind.value = "encoder self-attention"  # queries from the source: one word fewer
+    assert query.max == len(SOURCE[0]) - 1 and query.value == query.max
+    kind.value = "cross-attention (encoder-decoder)"  # queries from the target again
+    assert query.max == len(TARGET[0]) - 1
+    assert not live.errors.outputs and "source position" not in live.view.value
 
 
 # ------------------------------------------------------------------ exercise set 02: the checks are tested too

@@ -69,30 +69,34 @@ def mask_explorer_widget() -> LiveView:
             for mask_name in MASKS:
                 mask = _mask_for(kind, mask_name, q.shape[1], k.shape[1], lengths[key_side])  # (B, rows, cols)
                 for scorer_name, scores in raw.items():
-                    scaled = (scales[:, None, None, None] * scores).masked_fill(~mask, float("-inf"))  # (N, B, rows, cols)
-                    table[(kind, scorer_name, mask_name)] = (softmax(scaled).numpy(), mask.numpy())
+                    scaled = scales[:, None, None, None] * scores  # (N, B, rows, cols)
+                    table[(kind, scorer_name, mask_name)] = (softmax(scaled, mask=mask).numpy(), mask.numpy())
 
     def render(kind: str, scorer: str, mask: str, pair: int, scale: float, query: int) -> str:
         query_side, key_side = KINDS[kind]
         weights, allowed = table[(kind, scorer, mask)]
         weights, allowed = weights[int(round(scale / SCALE_STEP)), pair], allowed[pair]  # (rows, cols)
-        query = min(query, weights.shape[0] - 1)  # the source has one position fewer than the target
         rows, cols = tokens[query_side][pair], tokens[key_side][pair]
         kept = int(allowed[query].sum())
         note = ("<br><i>Cross-attention takes no causal mask: the whole source is encoded before "
                 "decoding starts, so only the padding part applies.</i>"
                 if kind.startswith("cross") and "causal" in mask else "")
-        readout = (f"<p>query <b>{escape(rows[query])}</b> (position {query}) may attend to {kept} of {len(cols)} keys; "
-                   f"its weights sum to <b>{weights[query].sum():.2f}</b>; the largest masked weight is "
-                   f"<b>{weights[query][~allowed[query]].max(initial=0.0):g}</b>. Score matrix: "
-                   f"{len(rows)} x {len(cols)}, scores multiplied by {scale:.2f}.{note}</p>")
+        keys = f"{kept} of {len(cols)} key{'s' if len(cols) != 1 else ''}"
+        masked = len(cols) - kept
+        largest = weights[query][~allowed[query]].max(initial=0.0)
+        masked_note = (f"the {masked} masked key{'s get' if masked != 1 else ' gets'} weight "
+                       f"<b>{largest:g}</b>" if masked else "no key is masked")
+        readout = (f"<p>query <b>{escape(rows[query])}</b> ({query_side} position {query}) may attend "
+                   f"to {keys}; its weights sum to <b>{weights[query].sum():.2f}</b>; {masked_note}. "
+                   f"Score matrix: {len(rows)} queries x {len(cols)} keys, scores multiplied by "
+                   f"{scale:.2f}.{note}</p>")
         return readout + row(
             svg_heatmap(weights, rows, cols, f"{kind}, {scorer}", cell=36, highlight_row=query, allowed=allowed,
                         row_axis=f"query ({query_side})", col_axis=f"key ({key_side})", limit=1.0),
             svg_bars(weights[query].tolist(), cols, f"weights of '{rows[query]}'", limit=1.0, fmt="{:.2f}"))
 
     wide = widgets.Layout(width="300px")
-    live = LiveView({
+    controls = {
         "kind": widgets.Dropdown(options=list(KINDS), value="decoder masked self-attention", description="use",
                                  layout=wide),
         "scorer": widgets.Dropdown(options=SCORERS, value="dot product", description="scorer", layout=wide),
@@ -101,7 +105,18 @@ def mask_explorer_widget() -> LiveView:
                                  description="sentence", layout=wide),
         "scale": widgets.FloatSlider(value=1.0, min=0.0, max=SCALES[-1], step=SCALE_STEP, description="score scale",
                                      layout=wide),
-        "query": widgets.IntSlider(value=2, min=0, max=len(TARGET[0]) - 1, description="query pos.", layout=wide),
-    }, render)
+        "query": widgets.IntSlider(value=2, min=0, max=len(TARGET[0]) - 1, description="query position",
+                                   layout=wide, style={"description_width": "initial"}),
+    }
+
+    def keep_query_in_range(_change: dict | None = None) -> None:
+        """The query slider ends at the last word of the side the queries come from."""
+        query_side = KINDS[controls["kind"].value][0]
+        controls["query"].max = len(tokens[query_side][0]) - 1  # lowering max clamps the value
+
+    # Registered before LiveView's own observer, so the range is right before anything redraws.
+    controls["kind"].observe(keep_query_in_range, names="value")
+    keep_query_in_range()
+    live = LiveView(controls, render)
     live.box.children[0].layout = widgets.Layout(flex_flow="row wrap")  # six controls: wrap onto two lines
     return live
