@@ -91,18 +91,25 @@ def browser_missing_message() -> str:
             "(make test does this); elsewhere: `python -m playwright install chromium`.")
 
 
+def open_lesson(page, url: str) -> None:
+    """Open a notebook and wait until its kernel is idle (nothing has run yet)."""
+    page.goto(url)
+    # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
+    page.locator("#jp-main-statusbar").get_by_text(IDLE).wait_for(timeout=90_000)
+
+
 def run_lesson(page, url: str, presses: int = 20, screenshot: Path | None = None,
-               pause_ms: int = 150) -> list[float]:
+               pause_ms: int = 150, navigate: bool = True) -> list[float]:
     """Open a notebook, run all cells, move the first live widget's slider key by key (or click its
     first checkbox); return the ms from each press to the widget's redraw.
 
     Presses come `pause_ms` apart, a brisk human pace; pressed back to back (pause_ms=0) about
     half of them wait roughly 30 ms more in the server and kernel before the reply arrives.
+    navigate=False runs the notebook already opened by `open_lesson`.
     """
-    page.goto(url)
+    if navigate:
+        open_lesson(page, url)
     statusbar = page.locator("#jp-main-statusbar")
-    # Wait for the kernel, not the page: a Run All clicked before the kernel exists is dropped.
-    statusbar.get_by_text(IDLE).wait_for(timeout=90_000)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     page.locator(".tr-live .tr-view").first.wait_for(timeout=90_000)
