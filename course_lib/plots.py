@@ -60,7 +60,8 @@ def _check_labels(values: np.ndarray, row_labels: Sequence[str],
     if values.shape != (len(row_labels), len(col_labels)):
         raise ValueError(
             f"matrix of shape {values.shape} needs {values.shape[0]} row labels and "
-            f"{values.shape[1]} column labels, got {len(row_labels)} and {len(col_labels)}")
+            f"{values.shape[1]} column labels, got {len(row_labels)} and "
+            f"{len(col_labels)}")
 
 
 def _allowed_mask(values: np.ndarray, allowed: Tensor | np.ndarray | None) -> np.ndarray:
@@ -92,7 +93,8 @@ def heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     limit = limit or 1.0
     vmin = 0.0 if (visible >= 0).all() else -limit
     colours = plt.get_cmap(cmap if vmin < 0 else "Oranges").with_extremes(bad=MASKED_FILL)
-    image = ax.imshow(np.ma.masked_where(~shown, values), cmap=colours, vmin=vmin, vmax=limit)
+    image = ax.imshow(np.ma.masked_where(~shown, values), cmap=colours,
+                      vmin=vmin, vmax=limit)
     ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right")
     ax.set_yticks(range(len(row_labels)), row_labels)
     ax.set_xlabel(col_axis)
@@ -138,7 +140,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.ceil(low / step - 1e-9)
-    ticks = [round(k * step, 12) for k in range(first, math.floor(high / step + 1e-9) + 1)]
+    last = math.floor(high / step + 1e-9)
+    ticks = [round(k * step, 12) for k in range(first, last + 1)]
     return ticks if len(ticks) >= 2 else [low, high]
 
 
@@ -147,7 +150,7 @@ def _tick_text(value: float) -> str:
 
 
 def _text_box(x: float, y: float, text: str, anchor: str = "start") -> tuple[float, ...]:
-    """Approximate (x0, y0, x1, y1) box of a 12 px label whose baseline starts at (x, y)."""
+    """Approximate (x0, y0, x1, y1) box of a 12 px label with its baseline at (x, y)."""
     width = CHAR_PX * len(text)
     x0 = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
     return (x0, y - 11, x0 + width, y + 3)
@@ -166,8 +169,9 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     """SVG heatmap with token labels and axis names, values written in the cells.
 
     matrix: (rows, cols). `allowed` (same shape, boolean) greys out and crosses the cells
-    that are False (masked). Colours run from white to orange (positive) or blue (negative)
-    at |value| = limit (default: the largest |value|). `highlight_row` is framed and bold.
+    that are False (masked). Colours run from white to orange (positive) or blue
+    (negative) at |value| = limit (default: the largest |value|). `highlight_row` is
+    framed and bold.
     """
     values = _as_numpy(matrix)
     allowed = _allowed_mask(values, allowed)
@@ -190,7 +194,8 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     col_size = min(12, max(8, cell / (0.6 * max(len(str(c)) for c in col_labels) or 1)))
     for j, label in enumerate(col_labels):
         parts.append(f'<text x="{left + j * cell + cell / 2}" y="{top - 6}" '
-                     f'text-anchor="middle" font-size="{col_size:.0f}">{escape(label)}</text>')
+                     f'text-anchor="middle" font-size="{col_size:.0f}">'
+                     f'{escape(label)}</text>')
     value_size = 10 if cell >= 32 else 9
     for i, label in enumerate(row_labels):
         y = top + i * cell
@@ -203,17 +208,20 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
                 parts.append(
                     f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
                     f'fill="{MASKED_FILL}" stroke="white"/><text x="{x + cell / 2}" '
-                    f'y="{y + cell / 2 + 4}" text-anchor="middle" fill="{MASKED_INK}">×</text>')
+                    f'y="{y + cell / 2 + 4}" text-anchor="middle" '
+                    f'fill="{MASKED_INK}">×</text>')
                 continue
             parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
                          f'fill="{_colour(value, limit)}" stroke="white"/>')
             if np.isfinite(value):
                 ink = "white" if abs(value) > 0.75 * limit else "black"
-                parts.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" fill="{ink}" '
+                parts.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" '
+                             f'fill="{ink}" '
                              f'text-anchor="middle" font-size="{value_size}">'
                              f'{fmt.format(value)}</text>')
         if i == highlight_row:
-            parts.append(f'<rect x="{left}" y="{y}" width="{n_cols * cell}" height="{cell}" '
+            parts.append(f'<rect x="{left}" y="{y}" width="{n_cols * cell}" '
+                         f'height="{cell}" '
                          'fill="none" stroke="black" stroke-width="2"/>')
     parts.append("</svg>")
     return "".join(parts)
@@ -252,20 +260,24 @@ def svg_bars(values: Sequence[float], labels: Sequence[str], title: str = "",
         x = middle if value >= 0 else middle - length
         chosen = i == highlight
         weight = ' font-weight="bold"' if chosen else ""
-        outline = 'stroke="black" stroke-width="2"' if chosen else 'stroke="#555" stroke-width="0.5"'
+        outline = ('stroke="black" stroke-width="2"' if chosen
+                   else 'stroke="#555" stroke-width="0.5"')
         parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end"{weight}>'
                      f'{escape(label)}</text>')
-        parts.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{length:.1f}" height="{row - 6}" '
+        parts.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{length:.1f}" '
+                     f'height="{row - 6}" '
                      f'fill="{_colour(value, limit)}" {outline}/>')
         parts.append(f'<text x="{width - 4}" y="{y + 15}" text-anchor="end"{weight}>'
                      f'{fmt.format(value)}</text>')
-    parts.append(f'<line x1="{middle}" y1="{top}" x2="{middle}" y2="{bottom}" stroke="#333"/>')
+    parts.append(f'<line x1="{middle}" y1="{top}" x2="{middle}" y2="{bottom}" '
+                 'stroke="#333"/>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def svg_vectors(vectors: np.ndarray, labels: Sequence[str], highlight: np.ndarray | None = None,
-                highlight_label: str = "query", size: int = 220) -> str:
+def svg_vectors(vectors: np.ndarray, labels: Sequence[str],
+                highlight: np.ndarray | None = None, highlight_label: str = "query",
+                size: int = 220) -> str:
     """2-D arrows from the origin, one per token, plus one highlighted arrow (the query).
 
     Labels sit beyond each arrow's tip; a label that would cover one already placed is
@@ -278,7 +290,8 @@ def svg_vectors(vectors: np.ndarray, labels: Sequence[str], highlight: np.ndarra
 
     def to_px(point: np.ndarray) -> tuple[float, float]:
         # a margin of 30 px keeps room for the labels beyond the tips
-        return (half + point[0] / reach * (half - 30), half - point[1] / reach * (half - 30))
+        scale = (half - 30) / reach
+        return half + point[0] * scale, half - point[1] * scale
 
     parts = [_svg_open(size, size),
              f'<line x1="0" y1="{half}" x2="{size}" y2="{half}" stroke="#ccc"/>',
@@ -288,19 +301,22 @@ def svg_vectors(vectors: np.ndarray, labels: Sequence[str], highlight: np.ndarra
             continue
         at = to_px(np.array([tick, tick]))
         parts.append(f'<line x1="{at[0]:.1f}" y1="{half - 3}" x2="{at[0]:.1f}" '
-                     f'y2="{half + 3}" stroke="#aaa"/><text x="{at[0]:.1f}" y="{half + 14}" '
-                     f'text-anchor="middle" font-size="9" fill="#888">{_tick_text(tick)}</text>')
+                     f'y2="{half + 3}" stroke="#aaa"/><text x="{at[0]:.1f}" '
+                     f'y="{half + 14}" text-anchor="middle" font-size="9" fill="#888">'
+                     f'{_tick_text(tick)}</text>')
         parts.append(f'<line x1="{half - 3}" y1="{at[1]:.1f}" x2="{half + 3}" '
-                     f'y2="{at[1]:.1f}" stroke="#aaa"/><text x="{half - 5}" y="{at[1] + 3:.1f}" '
-                     f'text-anchor="end" font-size="9" fill="#888">{_tick_text(tick)}</text>')
+                     f'y2="{at[1]:.1f}" stroke="#aaa"/><text x="{half - 5}" '
+                     f'y="{at[1] + 3:.1f}" text-anchor="end" font-size="9" fill="#888">'
+                     f'{_tick_text(tick)}</text>')
     arrows = [(v, str(lab), "#777", "") for v, lab in zip(vectors, labels)]
-    if highlight is not None:  # drawn last, on top; its label is placed first, where it wants
+    # The highlighted arrow is drawn last, on top; its label is placed first.
+    if highlight is not None:
         arrows.append((np.asarray(highlight, dtype=float), highlight_label, "black",
                        ' font-weight="bold"'))
     labels_svg, placed = [], []
     for vector, label, colour, weight in reversed(arrows):
-        labels_svg.append(_vector_label(to_px(vector), (half, half), label, colour, weight,
-                                        placed, size))
+        labels_svg.append(_vector_label(to_px(vector), (half, half), label, colour,
+                                        weight, placed, size))
     for vector, label, colour, weight in arrows:
         x, y = to_px(vector)
         parts.append(f'<line x1="{half}" y1="{half}" x2="{x:.1f}" y2="{y:.1f}" '
@@ -325,12 +341,14 @@ def _vector_label(tip: tuple[float, float], origin: tuple[float, float], label: 
         for turn in (0, 0.6, -0.6, 1.3, -1.3, 2.0, -2.0, math.pi):
             cx = tip[0] + distance * math.cos(start + turn)
             cy = tip[1] + distance * math.sin(start + turn)
-            anchor = "start" if cx > tip[0] + 3 else "end" if cx < tip[0] - 3 else "middle"
+            anchor = ("start" if cx > tip[0] + 3 else
+                      "end" if cx < tip[0] - 3 else "middle")
             candidates.append((cx, cy + 4, anchor))
     best, best_cost = candidates[0], math.inf
     for x, y, anchor in candidates:
         box = _text_box(x, y, label, anchor)
-        outside = sum(max(0.0, m) for m in (-box[0], box[2] - size, -box[1], box[3] - size))
+        spill = (-box[0], box[2] - size, -box[1], box[3] - size)
+        outside = sum(max(0.0, m) for m in spill)
         cost = 1000 * _overlaps(box, placed) + outside
         if cost < best_cost:
             best, best_cost = (x, y, anchor), cost
@@ -382,14 +400,15 @@ def svg_curve(xs: Sequence[float], series: dict[str, Sequence[float]],
                      f'y2="{top + plot_h + 4}" stroke="#999"/><text x="{x:.1f}" '
                      f'y="{top + plot_h + 15}" text-anchor="middle" font-size="10">'
                      f'{_tick_text(tick)}</text>')
-    parts += [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
-              'stroke="#999"/>',
+    parts += [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
+              'fill="none" stroke="#999"/>',
               f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">'
               f'{escape(x_label)}</text>',
               _y_label(label_lines, label_size, top + plot_h / 2)]
     for index, (name, ys) in enumerate(series.items()):
         colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
-        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(x, y) for x, y in zip(xs, ys)))
+        pixels = (px(x, y) for x, y in zip(xs, ys))
+        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in pixels)
         parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
                      'stroke-width="2"/>')
     parts += _legend(legend_rows, list(series))
@@ -411,7 +430,8 @@ def _y_label_lines(label: str, plot_h: float) -> tuple[list[str], float]:
 
 
 def _y_label(lines: list[str], size: float, middle: float) -> str:
-    """Upright axis name centred at height `middle`: rotate(-90) maps (u, v) to (v, -u)."""
+    """Upright axis name centred at height `middle` (rotate(-90) maps (u, v) to
+    (v, -u))."""
     spans = "".join(f'<tspan x="{-middle:.1f}" y="{12 + (size + 2) * i:.1f}">'
                     f'{escape(line)}</tspan>' for i, line in enumerate(lines))
     return (f'<text transform="rotate(-90)" text-anchor="middle" '
@@ -440,7 +460,8 @@ def _legend(rows: list[list[int]], names: list[str]) -> list[str]:
         for index in indices:
             colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
             parts.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 16}" y2="{y - 4}" '
-                         f'stroke="{colour}" stroke-width="3"/><text x="{x + 20}" y="{y}" '
+                         f'stroke="{colour}" stroke-width="3"/>'
+                         f'<text x="{x + 20}" y="{y}" '
                          f'fill="{colour}">{escape(names[index])}</text>')
             x += 22 + CHAR_PX * len(names[index]) + 10
     return parts

@@ -1,5 +1,6 @@
-"""A real browser: JupyterLab serves lesson 01 as a learner gets it. Before anything runs,
-its widget cells show their static snapshot; after Run All, a slider redraws the widget."""
+"""A real browser: JupyterLab serves lesson 01 as a learner gets it. Before anything
+runs, its widget cells show their static snapshot; after Run All, a slider redraws the
+widget."""
 
 from __future__ import annotations
 
@@ -36,16 +37,17 @@ def assert_snapshots_before_run(page) -> None:
     snapshot = page.locator(".jp-OutputArea-output", has=note).first
     pictures = snapshot.locator("img")
     assert pictures.count() >= 1, "the snapshot's figures were stripped"
-    loaded = pictures.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+    loaded = pictures.evaluate_all(
+        "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
     assert all(loaded), f"a snapshot figure did not load: {loaded}"
-    assert page.locator(".tr-live").count() == 0, "a live widget showed before any cell ran"
+    assert page.locator(".tr-live").count() == 0, "a live widget showed before a cell ran"
 
 
 def test_lesson_01_shows_snapshots_then_live_widgets_in_jupyterlab(tmp_path):
     from playwright.sync_api import Error, sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    # Serve a copy: JupyterLab writes checkpoints (and could autosave) next to what it opens.
+    # Serve a copy: JupyterLab writes checkpoints (and may autosave) beside what it opens.
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     log = ARTIFACTS / "jupyterlab.log"
     with jupyterlab(tmp_path, log) as url, sync_playwright() as playwright:
@@ -68,8 +70,8 @@ def test_lesson_01_shows_snapshots_then_live_widgets_in_jupyterlab(tmp_path):
             assert WIDGET_ERROR not in after, "a widget shows an error after Run All"
             stderr = page.locator(
                 ".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
-            assert stderr.count() == 0, (
-                f"a cell wrote an error in the browser: {stderr.first.inner_text()[:500]}")
+            assert stderr.count() == 0, ("a cell wrote an error in the browser: "
+                                         f"{stderr.first.inner_text()[:500]}")
         finally:
             browser.close()
     (ARTIFACTS / "browser_roundtrip.json").write_text(json.dumps({"ms": times}, indent=1))

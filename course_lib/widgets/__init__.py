@@ -19,9 +19,10 @@ import ipywidgets as widgets
 
 
 class LiveView:
-    """Controls + an HTML view redrawn on every change; `timings_ms` records each redraw."""
+    """Controls + an HTML view redrawn on every change; `timings_ms` times each redraw."""
 
-    def __init__(self, controls: dict[str, widgets.ValueWidget], render: Callable[..., str]):
+    def __init__(self, controls: dict[str, widgets.ValueWidget],
+                 render: Callable[..., str]):
         self.controls = controls
         self.render = render
         self.view = widgets.HTML()
@@ -32,7 +33,8 @@ class LiveView:
         for control in controls.values():
             control.observe(self._on_change, names="value")
         # Controls wrap onto a second line rather than squeezing every slider to a stub.
-        bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+        bar = widgets.HBox(list(controls.values()),
+                           layout=widgets.Layout(flex_flow="row wrap"))
         self.box = widgets.VBox([bar, self.view, self.errors])
         self.box.add_class("tr-live")  # the browser test finds live widgets by this class
         self.refresh()
@@ -43,7 +45,8 @@ class LiveView:
     def refresh(self) -> None:
         start = time.perf_counter()
         try:
-            # Plain line spacing and wrapping text: the widget's own CSS is meant for one-line labels.
+            # Plain line spacing and wrapping text: the widget's own CSS is meant for
+            # one-line labels.
             self.view.value = ('<div style="line-height:1.4;white-space:normal">'
                                f'{self.render(**self.values())}</div>')
             self.first_view = self.first_view or self.view.value
@@ -83,12 +86,13 @@ def snapshot_html(view_html: str) -> str:
     """Static picture of a widget's view plus a line saying how to make it live.
 
     Deterministic: the same view gives the same text (nbval compares it)."""
-    note = (f'<p style="color:#666;font-style:italic">Static picture: {escape(SNAPSHOT_NOTE)}'
+    note = ('<p style="color:#666;font-style:italic">'
+            f'Static picture: {escape(SNAPSHOT_NOTE)}'
             ' (Run All) to move the controls.</p>')
     return f'<div class="tr-snapshot">{note}{_SVG.sub(_svg_as_img, view_html)}</div>'
 
 
 def row(*svgs: str) -> str:
-    """Lay SVG panels side by side, wrapping onto the next line when the notebook is narrow."""
+    """Lay SVG panels side by side, wrapping onto the next line in a narrow notebook."""
     return ('<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">'
             + "".join(svgs) + "</div>")
