@@ -25,10 +25,13 @@ NEGATIVE = (50, 110, 200)
 MASKED_FILL = "#d8d8d8"  # masked cells, static and live: grey with a cross
 MASKED_INK = "#888888"
 CELL_FONT_PT = 9  # numbers written inside heatmap cells, never smaller than this
+INLINE_DPI = 100  # every inline figure is shown at this many CSS pixels per inch
 
 
 def use_sharp_inline_figures() -> bool:
-    """Draw inline figures as retina PNG (twice the pixels, shown at the same size).
+    """Draw inline figures as retina PNG: 2 x INLINE_DPI pixels per inch, shown at
+    INLINE_DPI, whatever dpi a figure was made with (a figure made at dpi=72 would
+    otherwise come out small and blurred; one wider than the column is scaled to fit).
 
     Why PNG and not SVG: JupyterLab renders image/svg+xml only in trusted notebooks, and a
     freshly cloned lesson is untrusted, so SVG figures would show as "<Figure size ...>".
@@ -42,7 +45,7 @@ def use_sharp_inline_figures() -> bool:
         return False
     if get_ipython() is None:
         return False
-    set_matplotlib_formats("retina")
+    set_matplotlib_formats("retina", dpi=2 * INLINE_DPI)
     return True
 
 
