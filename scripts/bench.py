@@ -1,12 +1,13 @@
-"""`make bench`: how fast the course is on this machine. Prints a table, writes bench/results.json.
+"""`make bench`: how fast the course is on this machine. Prints a table and writes
+bench/results.json.
 
 Measures
   - seconds to execute each lesson and solution notebook headless (a fresh kernel each);
-  - Python-side time of every widget redraw (each widget in course_lib.widgets, every control
-    moved through its range), p50 / p95 in ms;
-  - browser round trip in JupyterLab + headless Chromium: slider key press (or checkbox click)
-    to the view's DOM change, p50 / p95 in ms, for each lesson, with presses 150 ms apart and
-    back to back;
+  - Python-side time of every widget redraw (each widget in course_lib.widgets, every
+    control moved through its range), p50 / p95 in ms;
+  - browser round trip in JupyterLab + headless Chromium: slider key press (or checkbox
+    click) to the view's DOM change, p50 / p95 in ms, for each lesson, with presses 150 ms
+    apart and back to back;
   - course_lib's attention vs torch's scaled_dot_product_attention at the same shapes
     (median of repeated runs, measured back to back in this one run), as a ratio.
 Targets on a 2-core CPU: notebook <= 10 s, round trip p50 <= 50 ms and p95 <= 100 ms,
@@ -39,8 +40,8 @@ from course_lib.attention import scaled_dot_product_attention  # noqa: E402
 from execute_notebooks import notebooks  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-# A person pressing a key every 150 ms, and presses sent back to back (a stress case: about half
-# of those replies wait some 30 ms more in the server and kernel).
+# A person pressing a key every 150 ms, and presses sent back to back (a stress case:
+# about half of those replies wait some 30 ms more in the server and kernel).
 PACES = {"150 ms apart": 150, "back to back": 0}
 ATTENTION_SHAPES = [(1, 6, 8), (8, 64, 64), (8, 4, 128, 32), (4, 8, 256, 64)]
 
@@ -54,7 +55,8 @@ def notebook_seconds() -> dict[str, float]:
     results = {}
     for path in notebooks([]):
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=120, kernel_name="python3", record_timing=False,
+        client = NotebookClient(nb, timeout=120, kernel_name="python3",
+                                record_timing=False,
                                 resources={"metadata": {"path": str(path.parent)}})
         start = time.perf_counter()
         client.execute()
@@ -92,16 +94,17 @@ def widget_callbacks() -> dict[str, dict[str, float]]:
                     control.value = value
                 control.value = original
             times = view.timings_ms
-            results[f"{module_info.name}.{name}"] = {"build_ms": round(build_ms, 1), "redraws": len(times),
-                                                     "p50_ms": round(percentile(times, 50), 2),
-                                                     "p95_ms": round(percentile(times, 95), 2),
-                                                     "errors": len(view.errors.outputs)}
+            results[f"{module_info.name}.{name}"] = {
+                "build_ms": round(build_ms, 1), "redraws": len(times),
+                "p50_ms": round(percentile(times, 50), 2),
+                "p95_ms": round(percentile(times, 95), 2),
+                "errors": len(view.errors.outputs)}
     return results
 
 
 def browser_round_trips(presses: int = 30) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory() as served:
-        # Serve a copy of the lessons: JupyterLab writes checkpoints next to the notebooks it opens.
+        # Serve a copy of the lessons: JupyterLab writes checkpoints beside what it opens.
         shutil.copytree(ROOT / "notebooks", Path(served) / "notebooks")
         return _round_trips(Path(served), presses)
 
@@ -121,15 +124,18 @@ def _round_trips(served: Path, presses: int) -> dict[str, dict[str, float]]:
             for pace, pause_ms in PACES.items():
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 try:
-                    times = run_lesson(page, url.format(path=f"notebooks/{path.name}"), presses, pause_ms=pause_ms)
-                except Exception as error:  # report the lesson as failed and measure the others
-                    results[f"{path.name} ({pace})"] = {"presses": 0, "p50_ms": float("nan"), "p95_ms": float("nan"),
-                                                        "error": str(error).splitlines()[0]}
+                    times = run_lesson(page, url.format(path=f"notebooks/{path.name}"),
+                                       presses, pause_ms=pause_ms)
+                except Exception as error:  # report it as failed, measure the others
+                    results[f"{path.name} ({pace})"] = {
+                        "presses": 0, "p50_ms": float("nan"), "p95_ms": float("nan"),
+                        "error": str(error).splitlines()[0]}
                     continue
                 finally:
                     page.close()
-                results[f"{path.name} ({pace})"] = {"presses": len(times), "p50_ms": round(percentile(times, 50), 1),
-                                                    "p95_ms": round(percentile(times, 95), 1)}
+                results[f"{path.name} ({pace})"] = {
+                    "presses": len(times), "p50_ms": round(percentile(times, 50), 1),
+                    "p95_ms": round(percentile(times, 95), 1)}
         browser.close()
     return results
 
@@ -143,16 +149,21 @@ def attention_ratio(repeats: int = 60) -> dict[str, dict[str, float]]:
         for _ in range(5):  # warm-up
             scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
         for _ in range(repeats):  # interleaved, so both see the same machine state
-            start = time.perf_counter(); scaled_dot_product_attention(q, k, v); ours.append(time.perf_counter() - start)
-            start = time.perf_counter(); F.scaled_dot_product_attention(q, k, v); theirs.append(time.perf_counter() - start)
+            for function, times in ((scaled_dot_product_attention, ours),
+                                    (F.scaled_dot_product_attention, theirs)):
+                start = time.perf_counter()
+                function(q, k, v)
+                times.append(time.perf_counter() - start)
         mine, torch_s = statistics.median(ours), statistics.median(theirs)
         results["x".join(map(str, shape))] = {"course_lib_ms": round(mine * 1000, 3),
-                                              "torch_ms": round(torch_s * 1000, 3), "ratio": round(mine / torch_s, 2)}
+                                              "torch_ms": round(torch_s * 1000, 3),
+                                              "ratio": round(mine / torch_s, 2)}
     return results
 
 
 def main() -> None:
-    results = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__}}
+    results = {"machine": {"threads": torch.get_num_threads(),
+                           "torch": torch.__version__}}
     results["notebook_seconds"] = notebook_seconds()
     results["widget_callbacks"] = widget_callbacks()
     results["attention_vs_torch"] = attention_ratio()
@@ -161,16 +172,21 @@ def main() -> None:
     print(f"\n{'notebook':58s} {'seconds':>8s}  (target <= 10)")
     for name, seconds in results["notebook_seconds"].items():
         print(f"{name:58s} {seconds:8.2f}{'  OVER' if seconds > 10 else ''}")
-    print(f"\n{'widget (Python side)':58s} {'p50 ms':>8s} {'p95 ms':>8s} {'build ms':>9s}")
+    print(f"\n{'widget (Python side)':58s} {'p50 ms':>8s} {'p95 ms':>8s} "
+          f"{'build ms':>9s}")
     for name, r in results["widget_callbacks"].items():
         print(f"{name:58s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['build_ms']:9.1f}"
               f"{'  ERRORS' if r['errors'] else ''}")
-    print(f"\n{'browser round trip (first control)':58s} {'p50 ms':>8s} {'p95 ms':>8s}  (targets 50 / 100)")
+    print(f"\n{'browser round trip (first control)':58s} {'p50 ms':>8s} {'p95 ms':>8s}"
+          "  (targets 50 / 100)")
     for name, r in results["browser_round_trip"].items():
-        print(f"{name:58s} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f}{'  FAILED: ' + r['error'] if 'error' in r else ''}")
-    print(f"\n{'attention shape':58s} {'ours ms':>8s} {'torch ms':>8s} {'ratio':>6s}  (target <= 1.5)")
+        failed = f"  FAILED: {r['error']}" if "error" in r else ""
+        print(f"{name:58s} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f}{failed}")
+    print(f"\n{'attention shape':58s} {'ours ms':>8s} {'torch ms':>8s} {'ratio':>6s}"
+          "  (target <= 1.5)")
     for shape, r in results["attention_vs_torch"].items():
-        print(f"{shape:58s} {r['course_lib_ms']:8.3f} {r['torch_ms']:8.3f} {r['ratio']:6.2f}")
+        print(f"{shape:58s} {r['course_lib_ms']:8.3f} {r['torch_ms']:8.3f} "
+              f"{r['ratio']:6.2f}")
     out = ROOT / "bench" / "results.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
