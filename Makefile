@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# A lesson the learner saves keeps its widgets' state, so on reopening each widget still
+	@# shows its last view instead of "Error displaying widget: model not found".
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
 setup: $(STAMP)
