@@ -95,11 +95,15 @@ def test_entropy_matches_torch_categorical():
     assert torch.allclose(entropy(w), torch.distributions.Categorical(probs=w).entropy(), atol=1e-6)
 
 
-def test_project_qkv_is_three_matrix_products():
+def test_project_qkv_matches_torch_linear_layers():
     gen = torch.Generator().manual_seed(10)
-    x, w_q, w_k, w_v = torch.randn(5, 8, generator=gen), *(torch.randn(8, d, generator=gen) for d in (4, 4, 3))
-    q, k, v = project_qkv(x, w_q, w_k, w_v)
-    assert torch.equal(q, x @ w_q) and torch.equal(k, x @ w_k) and v.shape == (5, 3)
+    x, w_q, w_k, w_v = torch.randn(2, 5, 8, generator=gen), *(torch.randn(8, d, generator=gen) for d in (4, 4, 3))
+    ours = project_qkv(x, w_q, w_k, w_v)
+    for got, w in zip(ours, (w_q, w_k, w_v)):
+        layer = torch.nn.Linear(8, w.shape[1], bias=False)
+        with torch.no_grad():
+            layer.weight.copy_(w.T)  # nn.Linear stores (out, in) and computes x W^T
+        assert torch.allclose(got, layer(x), atol=1e-6)
 
 
 # ------------------------------------------------------------------ the lesson's measurements
