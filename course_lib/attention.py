@@ -50,7 +50,8 @@ def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool, owned:
     in_place = not (torch.is_grad_enabled() and logits.requires_grad)
     if mask is not None:
         hidden = ~mask
-        logits = logits.masked_fill_(hidden, -math.inf) if owned and in_place else logits.masked_fill(hidden, -math.inf)
+        fill = logits.masked_fill_ if owned and in_place else logits.masked_fill
+        logits = fill(hidden, -math.inf)
         owned = True
     if stable:
         # softmax ignores a constant added to a slice, so subtracting the maximum changes nothing
