@@ -11,7 +11,7 @@ Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -32,20 +32,40 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
     """
     require_float("logits", logits)
     dim = require_dim("logits", logits, dim)
+    if logits.dim() > 0 and logits.shape[dim] == 0:
+        raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
+                         "there is nothing to share the weight 1 among")
     if mask is not None:
         check_mask(mask, tuple(logits.shape))
-        logits = logits.masked_fill(~mask, float("-inf"))
+    return _softmax(logits, dim, mask, stable, owned=False)
+
+
+def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool, owned: bool) -> Tensor:
+    """The softmax itself, on checked input. owned=True: `logits` is the caller's scratch tensor.
+
+    Without autograd, a tensor this function owns (made here, or handed over with owned=True) is
+    overwritten in place: at attention's sizes, allocating a fresh (..., T, S) tensor per step
+    costs more than the arithmetic (measured: attention 2-4x slower than torch's without it).
+    """
+    in_place = not (torch.is_grad_enabled() and logits.requires_grad)
+    if mask is not None:
+        hidden = ~mask
+        fill = logits.masked_fill_ if owned and in_place else logits.masked_fill
+        logits = fill(hidden, -math.inf)
+        owned = True
     if stable:
         # softmax ignores a constant added to a slice, so subtracting the maximum changes nothing
         # but keeps exp() from overflowing. A slice of only -inf has maximum -inf; clamping it to
         # the most negative float keeps exp(-inf - max) = 0 instead of exp(nan).
         row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        logits = logits - row_max
-    exps = torch.exp(logits)
+        logits = logits.sub_(row_max) if owned and in_place else logits - row_max
+        owned = True
+    exps = logits.exp_() if owned and in_place else logits.exp()
     total = exps.sum(dim=dim, keepdim=True)
     # total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1); where none is,
     # dividing by 1 instead of 0 gives zeros, and a gradient of 0 (not 0 * inf = NaN).
-    return exps / torch.where(total > 0, total, torch.ones_like(total))
+    total = torch.where(total > 0, total, torch.ones_like(total))
+    return exps.div_(total) if in_place else exps / total
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -124,8 +144,11 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     if bias is not None:
         require_float("bias", bias)
         require_broadcasts_to("bias", bias, tuple(scores.shape), "scores")
-        scores = scores + bias.to(scores.dtype)
-    weights = softmax(scores, mask=mask)  # (..., T, S), each row sums to 1 (or is all 0)
+        scores = scores.add_(bias.to(scores.dtype))  # in place: matmul's backward does not need its output
+    if mask is not None:
+        check_mask(mask, tuple(scores.shape))
+    # scores is this function's own tensor: the softmax may overwrite it instead of copying it
+    weights = _softmax(scores, -1, mask, stable=True, owned=True)  # (..., T, S), rows sum to 1 (or are all 0)
     return weights @ v, weights  # (..., T, d_v)
 
 
@@ -176,60 +199,90 @@ def entropy(weights: Tensor, dim: int = -1) -> Tensor:
     return 0.0 - (weights * logs).sum(dim=dim)  # 0.0 - x turns -0.0 into 0.0
 
 
+def check_projections(x: Tensor, **weights: Tensor) -> None:
+    """Raise unless x (..., T, D) and every weight (D, width) fit, and query/key widths agree."""
+    require_float("x", x, min_rank=2)
+    for name, w in weights.items():
+        require_float(name, w, 2, 2)
+        if w.shape[0] != x.shape[-1]:
+            raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows to match x's "
+                             f"last dimension D: x has shape {tuple(x.shape)}")
+        if w.shape[1] == 0:
+            raise ValueError(f"{name} of shape {tuple(w.shape)} maps to width 0: it needs at least 1 column")
+    require_same_dtype(x=x, **weights)
+    w_q, w_k = weights["w_q"], weights["w_k"]
+    if w_q.shape[1] != w_k.shape[1]:
+        raise ValueError(f"w_q {tuple(w_q.shape)} and w_k {tuple(w_k.shape)} must give the same d_k")
+
+
 def project_qkv(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Three linear maps of the same token rows.
 
     x: (..., T, D); w_q, w_k: (D, d_k); w_v: (D, d_v) -> q, k: (..., T, d_k), v: (..., T, d_v).
     """
-    require_float("x", x, min_rank=2)
-    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        require_float(name, w, 2, 2)
-        if w.shape[0] != x.shape[-1]:
-            raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows to match x's "
-                             f"last dimension D: x has shape {tuple(x.shape)}")
-    require_same_dtype(x=x, w_q=w_q, w_k=w_k, w_v=w_v)
-    if w_q.shape[1] != w_k.shape[1]:
-        raise ValueError(f"w_q {tuple(w_q.shape)} and w_k {tuple(w_k.shape)} must give the same d_k")
+    check_projections(x, w_q=w_q, w_k=w_k, w_v=w_v)
     return x @ w_q, x @ w_k, x @ w_v
 
 
-def dot_product_variance(d_k: int, n_samples: int = 20_000, seed: int = 0) -> float:
-    """Sample variance of q . k for q, k with independent N(0, 1) entries; theory says d_k."""
+def dot_product_moments(d_k: int, n_samples: int = 20_000, seed: int = 0) -> tuple[float, float]:
+    """Sample mean and variance of q . k for q, k with independent N(0, 1) entries.
+
+    Theory: mean 0 and variance d_k (each q_c k_c has mean 0 and variance 1; d_k independent
+    terms add their variances). This is the situation at initialisation, not after training.
+    """
     require_count("d_k", d_k)
     require_count("n_samples", n_samples, minimum=2)
+    require_count("seed", seed, minimum=0)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n_samples, d_k, generator=gen, dtype=torch.float64)
     k = torch.randn(n_samples, d_k, generator=gen, dtype=torch.float64)
-    return (q * k).sum(-1).var().item()
+    dots = (q * k).sum(-1)  # (n_samples,): one dot product per pair, not the n x n table
+    return dots.mean().item(), dots.var().item()
+
+
+class Saturation(NamedTuple):
+    """How saturated random attention rows are, and the gradient that reaches the queries."""
+    entropy: float          # mean entropy of the weight rows (nats); ln(n_keys) = uniform, 0 = one-hot
+    median_gradient: float  # median over queries of |d loss / d q_t|
+    mean_gradient: float    # mean of the same norms (a few huge rows can hide many dead ones)
+    dead_share: float       # share of queries whose gradient norm is below DEAD_GRADIENT
+
+
+DEAD_GRADIENT = 1e-3
 
 
 def softmax_saturation(d_k: int, scaled: bool, n_queries: int = 256, n_keys: int = 16,
-                       seed: int = 0) -> tuple[float, float]:
-    """Mean entropy of attention rows and mean gradient norm through the softmax.
+                       seed: int = 0) -> Saturation:
+    """Entropy of random attention rows and the gradient that flows back to the queries.
 
-    Random unit-variance q: (n_queries, d_k), k: (n_keys, d_k). The gradient is that of
-    sum(weights * g) for a random upstream g, taken with respect to the logits: it shrinks
-    toward 0 as rows become one-hot, which is what stops learning in an unscaled model.
+    q: (n_queries, d_k), k: (n_keys, d_k) with independent N(0, 1) entries (float64). The loss is
+    sum(weights * g) for a random upstream g: (n_queries, n_keys); its gradient with respect to
+    q is what a query projection learns from. A one-hot row passes back (almost) nothing.
     """
     require_count("d_k", d_k)
+    require_count("n_queries", n_queries)
+    require_count("n_keys", n_keys)
+    require_count("seed", seed, minimum=0)
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(n_queries, d_k, generator=gen, dtype=torch.float64)
+    q = torch.randn(n_queries, d_k, generator=gen, dtype=torch.float64).requires_grad_(True)
     k = torch.randn(n_keys, d_k, generator=gen, dtype=torch.float64)
     upstream = torch.randn(n_queries, n_keys, generator=gen, dtype=torch.float64)
-    logits = attention_scores(q, k, scale=None if scaled else 1.0).requires_grad_(True)
-    weights = softmax(logits)
+    weights = softmax(attention_scores(q, k, scale=None if scaled else 1.0))  # (n_queries, n_keys)
     (weights * upstream).sum().backward()
-    return entropy(weights.detach()).mean().item(), logits.grad.norm(dim=-1).mean().item()
+    norms = q.grad.norm(dim=-1)  # (n_queries,)
+    return Saturation(entropy(weights.detach()).mean().item(), norms.median().item(), norms.mean().item(),
+                      (norms < DEAD_GRADIENT).double().mean().item())
 
 
 def train_alignment(x: Tensor, w_q: Tensor, w_k: Tensor, query: int, key: int,
                     steps: int = 20, lr: float = 0.1) -> tuple[Tensor, Tensor]:
-    """Gradient steps on w_q and w_k so token `query` attends to token `key`.
+    """Gradient steps on copies of w_q and w_k so token `query` attends to token `key`.
 
     x: (T, D), w_q, w_k: (D, d_k). The loss is -log weights[query, key] (cross-entropy on one
-    attention row). Returns the (T, T) score matrices before and after; inputs are not modified.
+    attention row). Returns the trained copies (w_q, w_k); the inputs are not modified.
     """
     require_float("x", x, 2, 2)
+    check_projections(x, w_q=w_q, w_k=w_k)
     n_tokens = x.shape[0]
     for name, index in (("query", query), ("key", key)):
         require_count(name, index, minimum=0)
@@ -237,11 +290,10 @@ def train_alignment(x: Tensor, w_q: Tensor, w_k: Tensor, query: int, key: int,
             raise ValueError(f"{name}={index} is out of range for {n_tokens} tokens")
     w_q = w_q.detach().clone().requires_grad_(True)
     w_k = w_k.detach().clone().requires_grad_(True)
-    before = attention_scores(x @ w_q, x @ w_k).detach()
 
     def loss_of_step(_: int) -> Tensor:
         scores = attention_scores(x @ w_q, x @ w_k)  # (T, T)
-        return -torch.log_softmax(scores[query], dim=-1)[key]
+        return -torch.log(softmax(scores[query])[key])
 
     train(loss_of_step, [w_q, w_k], steps, lr, optimizer="sgd")
-    return before, attention_scores(x @ w_q, x @ w_k).detach()
+    return w_q.detach(), w_k.detach()

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention import (attention_scores, dot_product_variance, entropy, naive_softmax, project_qkv,
-                                  scaled_dot_product_attention, softmax, softmax_saturation, train_alignment)
+from course_lib.attention import (DEAD_GRADIENT, Attention, attention_scores, dot_product_moments, entropy,
+                                  naive_softmax, project_qkv, scaled_dot_product_attention, softmax,
+                                  softmax_saturation, train_alignment)
 from exercise_harness import outcome
 from tensors import DTYPES, TOL, random_qkv
 
@@ -94,32 +95,96 @@ def test_entropy_matches_torch_categorical():
     assert torch.allclose(entropy(w), torch.distributions.Categorical(probs=w).entropy(), atol=1e-6)
 
 
-def test_project_qkv_is_three_matrix_products():
+def test_project_qkv_matches_torch_linear_layers():
     gen = torch.Generator().manual_seed(10)
-    x, w_q, w_k, w_v = torch.randn(5, 8, generator=gen), *(torch.randn(8, d, generator=gen) for d in (4, 4, 3))
-    q, k, v = project_qkv(x, w_q, w_k, w_v)
-    assert torch.equal(q, x @ w_q) and torch.equal(k, x @ w_k) and v.shape == (5, 3)
+    x, w_q, w_k, w_v = torch.randn(2, 5, 8, generator=gen), *(torch.randn(8, d, generator=gen) for d in (4, 4, 3))
+    ours = project_qkv(x, w_q, w_k, w_v)
+    for got, w in zip(ours, (w_q, w_k, w_v)):
+        layer = torch.nn.Linear(8, w.shape[1], bias=False)
+        with torch.no_grad():
+            layer.weight.copy_(w.T)  # nn.Linear stores (out, in) and computes x W^T
+        assert torch.allclose(got, layer(x), atol=1e-6)
 
 
 # ------------------------------------------------------------------ the lesson's measurements
 
-@pytest.mark.parametrize("d_k", [4, 64])
-def test_dot_product_variance_is_d_k(d_k):
-    assert abs(dot_product_variance(d_k) / d_k - 1) < 0.05
+@pytest.mark.parametrize("d_k", [4, 64, 512])
+def test_dot_product_has_mean_0_and_variance_d_k(d_k):
+    mean, variance = dot_product_moments(d_k)
+    assert abs(mean) < 4 * math.sqrt(d_k / 20_000)  # 4 standard errors of the sample mean
+    assert abs(variance / d_k - 1) < 0.05
 
 
-def test_unscaled_softmax_saturates_at_large_d_k():
-    (h_s, g_s), (h_u, g_u) = softmax_saturation(512, True), softmax_saturation(512, False)
-    assert h_u < h_s / 5 and g_u < g_s / 5
+def test_unscaled_softmax_saturates_and_starves_most_queries_of_gradient():
+    scaled, unscaled = softmax_saturation(512, True), softmax_saturation(512, False)
+    assert unscaled.entropy < scaled.entropy / 5
+    # What stops learning: the typical query gets almost no gradient, many get none at all ...
+    assert unscaled.median_gradient < scaled.median_gradient / 10
+    assert unscaled.dead_share > 0.25 and scaled.dead_share == 0
+    # ... even though the MEAN gradient is larger: a few unsaturated rows get huge gradients.
+    assert unscaled.mean_gradient > scaled.mean_gradient
+
+
+def test_saturation_gradient_is_the_autograd_gradient_with_respect_to_q():
+    # An independent computation: the softmax Jacobian written out, w.r.t. q through the scores.
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(256, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(16, 8, generator=gen, dtype=torch.float64)
+    g = torch.randn(256, 16, generator=gen, dtype=torch.float64)
+    w = torch.softmax(q @ k.T, -1)
+    d_scores = w * (g - (w * g).sum(-1, keepdim=True))  # (diag(w) - w w^T) g, row by row
+    norms = (d_scores @ k).norm(dim=-1)
+    result = softmax_saturation(8, scaled=False)
+    assert math.isclose(result.median_gradient, norms.median().item(), rel_tol=1e-9)
+    assert math.isclose(result.mean_gradient, norms.mean().item(), rel_tol=1e-9)
+    assert result.dead_share == (norms < DEAD_GRADIENT).double().mean().item()
 
 
 def test_train_alignment_raises_the_chosen_weight_and_leaves_inputs_alone():
     gen = torch.Generator().manual_seed(11)
     x, w_q, w_k = torch.randn(5, 8, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
-    w_q_copy = w_q.clone()
-    before, after = train_alignment(x, w_q, w_k, query=1, key=3, steps=30)
-    assert torch.softmax(after[1], -1)[3] > torch.softmax(before[1], -1)[3] + 0.3
-    assert torch.equal(w_q, w_q_copy)
+    w_q_copy, w_k_copy = w_q.clone(), w_k.clone()
+    new_q, new_k = train_alignment(x, w_q, w_k, query=1, key=3, steps=30)
+    before = torch.softmax((x @ w_q) @ (x @ w_k).T / 2, -1)[1, 3]
+    after = torch.softmax((x @ new_q) @ (x @ new_k).T / 2, -1)[1, 3]
+    assert after > before + 0.3
+    assert torch.equal(w_q, w_q_copy) and torch.equal(w_k, w_k_copy)
+
+
+@pytest.mark.parametrize("make_bias", ["bool mask", "float bias"])
+def test_gradient_through_a_fully_masked_row_is_zero_not_nan(make_bias):
+    q, k, v = (x.requires_grad_(True) for x in random_qkv(torch.Generator().manual_seed(12), (), 3, 4, 8, 2,
+                                                          torch.float64))
+    allowed = torch.ones(3, 4, dtype=torch.bool)
+    allowed[1] = False
+    if make_bias == "bool mask":
+        out, _ = scaled_dot_product_attention(q, k, v, mask=allowed)
+    else:
+        bias = torch.zeros(3, 4, dtype=torch.float64).masked_fill(~allowed, -math.inf).requires_grad_(True)
+        out, _ = scaled_dot_product_attention(q, k, v, bias=bias)
+    out.square().sum().backward()
+    for x in (q, k, v) + ((bias,) if make_bias == "float bias" else ()):
+        assert torch.isfinite(x.grad).all()
+    assert torch.equal(q.grad[1], torch.zeros(8))  # the dead query learns nothing
+    assert q.grad[0].abs().sum() > 0  # while a live one does (the check can fail)
+
+
+def test_in_place_softmax_leaves_the_callers_logits_alone():
+    x = torch.randn(4, 6)
+    x_copy = x.clone()
+    with torch.no_grad():
+        softmax(x), softmax(x, stable=False), softmax(x, mask=torch.rand(4, 6) > 0.3)
+    assert torch.equal(x, x_copy)
+
+
+def test_attention_without_autograd_equals_attention_with_it():
+    q, k, v = random_qkv(torch.Generator().manual_seed(13), (2,), 5, 6, 8, 3, torch.float64)
+    mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(14)) > 0.4
+    bias = torch.randn(5, 6, dtype=torch.float64)
+    with torch.no_grad():
+        fast = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    slow = scaled_dot_product_attention(q.requires_grad_(True), k, v, mask, bias=bias)
+    assert all(torch.allclose(a, b.detach(), atol=1e-12) for a, b in zip(fast, slow))
 
 
 # ------------------------------------------------------------------ bad input
@@ -184,6 +249,58 @@ def test_projection_with_wrong_rows_names_the_shapes():
 def test_alignment_token_out_of_range_is_rejected():
     with pytest.raises(ValueError, match="key=9 is out of range for 5 tokens"):
         train_alignment(torch.randn(5, 8), torch.randn(8, 4), torch.randn(8, 4), query=0, key=9)
+
+
+BAD_INPUT = {
+    "integer q": (lambda: attention_scores(torch.arange(6).view(2, 3), torch.randn(2, 3)),
+                  TypeError, "q must be a floating-point tensor, got dtype torch.int64"),
+    "integer v": (lambda: scaled_dot_product_attention(torch.randn(2, 3), torch.randn(2, 3), torch.ones(2, 3, dtype=torch.int32)),
+                  TypeError, "v must be a floating-point tensor, got dtype torch.int32"),
+    "zero keys": (lambda: scaled_dot_product_attention(torch.randn(2, 3), torch.randn(0, 3), torch.randn(0, 2)),
+                  ValueError, r"k has no positions \(S = 0\)"),
+    "d_k = 0": (lambda: attention_scores(torch.randn(2, 0), torch.randn(3, 0)), ValueError, "d_k must be at least 1"),
+    "text scale": (lambda: attention_scores(torch.randn(2, 4), torch.randn(3, 4), scale="0.5"),
+                   TypeError, "scale must be a number, got str"),
+    "bool scale": (lambda: attention_scores(torch.randn(2, 4), torch.randn(3, 4), scale=True),
+                   TypeError, "scale must be a number, got bool"),
+    "infinite scale": (lambda: scaled_dot_product_attention(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2),
+                                                            scale=math.inf), ValueError, "scale must be finite, got inf"),
+    "nan scale": (lambda: attention_scores(torch.randn(2, 4), torch.randn(3, 4), scale=math.nan),
+                  ValueError, "scale must be finite, got nan"),
+    "q and v batch": (lambda: scaled_dot_product_attention(torch.randn(2, 3, 8), torch.randn(1, 4, 8), torch.randn(3, 4, 2)),
+                      ValueError, r"q's and k's batch dimensions of shape \(2,\) does not broadcast with v's batch "
+                                  r"dimensions of shape \(3,\)"),
+    "integer bias": (lambda: scaled_dot_product_attention(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2),
+                                                          bias=torch.zeros(2, 3, dtype=torch.long)),
+                     TypeError, "bias must be a floating-point tensor"),
+    "bias too big": (lambda: scaled_dot_product_attention(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 2),
+                                                          bias=torch.zeros(2, 2, 3)),
+                     ValueError, r"bias of shape \(2, 2, 3\) does not broadcast to the scores"),
+    "empty softmax row": (lambda: softmax(torch.empty(3, 0)), ValueError, r"logits has no entries along dim=1"),
+    "integer entropy": (lambda: entropy(torch.ones(3, dtype=torch.long)), TypeError,
+                        "weights must be a floating-point tensor"),
+    "zero-width projection": (lambda: project_qkv(torch.randn(5, 8), torch.randn(8, 0), torch.randn(8, 0), torch.randn(8, 2)),
+                              ValueError, r"w_q of shape \(8, 0\) maps to width 0"),
+    "integer x": (lambda: train_alignment(torch.ones(5, 8, dtype=torch.long), torch.randn(8, 4), torch.randn(8, 4), 0, 1),
+                  TypeError, "x must be a floating-point tensor"),
+    "alignment weights": (lambda: train_alignment(torch.randn(5, 8), torch.randn(6, 4), torch.randn(8, 4), 0, 1),
+                          ValueError, r"w_q of shape \(6, 4\) needs 8 rows"),
+    "alignment lr": (lambda: train_alignment(torch.randn(5, 8), torch.randn(8, 4), torch.randn(8, 4), 0, 1, lr=math.inf),
+                     ValueError, "lr must be finite"),
+    "d_k of the variance": (lambda: dot_product_moments(0), ValueError, "d_k must be >= 1, got d_k=0"),
+    "n_keys of the saturation": (lambda: softmax_saturation(8, True, n_keys=2.5), TypeError, "n_keys must be an int"),
+    "layer d_k": (lambda: Attention(8, d_k=0), ValueError, "d_k must be >= 1, got d_k=0"),
+    "layer input": (lambda: Attention(8)(torch.ones(3, 8, dtype=torch.long)), TypeError,
+                    "x must be a floating-point tensor"),
+    "layer width": (lambda: Attention(8)(torch.randn(3, 6)), ValueError, r"x must have last dimension 8, got shape \(3, 6\)"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_names_the_argument_and_the_problem(case):
+    call, error, message = BAD_INPUT[case]
+    with pytest.raises(error, match=message):
+        call()
 
 
 # ------------------------------------------------------------------ exercise set 01: the checks are tested too

@@ -8,14 +8,14 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..attention import attention_scores, softmax, softmax_saturation
+from ..attention import DEAD_GRADIENT, attention_scores, softmax, softmax_saturation
 from ..plots import svg_bars, svg_curve, svg_vectors
 from . import LiveView, row
 
 KEY_TOKENS = ["cat", "dog", "sat", "mat", "ran"]
 # Hand-placed 2-D keys: two animals close together, two verbs, one object.
 KEYS_2D = np.array([[1.0, 0.3], [0.9, 0.6], [-0.8, 0.5], [0.1, -1.0], [-0.6, -0.7]])
-D_K_CHOICES = [2 ** p for p in range(0, 11)]
+D_K_CHOICES = [2 ** p for p in range(0, 10)]  # 1 ... 512
 
 
 def query_alignment_widget() -> LiveView:
@@ -38,21 +38,32 @@ def query_alignment_widget() -> LiveView:
 
 
 def scale_widget() -> LiveView:
-    """Pick d_k and scale on/off; read the mean entropy and gradient norm of attention rows."""
-    curves = {scaled: np.array([softmax_saturation(d, scaled) for d in D_K_CHOICES]) for scaled in (True, False)}
+    """Pick d_k and scale on/off; read the entropy of attention rows and the gradient reaching q."""
+    runs = {scaled: [softmax_saturation(d, scaled) for d in D_K_CHOICES] for scaled in (True, False)}
     log_d = np.log2(D_K_CHOICES)
 
+    def series(field: str, transform=lambda y: y) -> dict[str, np.ndarray]:
+        return {("scaled" if scaled else "unscaled"): np.array([transform(getattr(r, field)) for r in rs])
+                for scaled, rs in runs.items()}
+
+    entropy_curves = series("entropy")
+    gradient_curves = series("median_gradient", math.log10)
+    dead_curves = series("dead_share", lambda y: 100 * y)
+
     def render(d_k: int, scaled: bool) -> str:
-        index = D_K_CHOICES.index(d_k)
-        ent, grad = curves[scaled][index]
+        r = runs[scaled][D_K_CHOICES.index(d_k)]
         readout = (f"<p>d_k = {d_k}, {'scaled by 1/sqrt(d_k)' if scaled else 'unscaled'}: "
-                   f"mean entropy <b>{ent:.2f}</b> nats (uniform over 16 keys: {math.log(16):.2f}), "
-                   f"mean gradient norm <b>{grad:.3g}</b></p>")
+                   f"mean entropy <b>{r.entropy:.2f}</b> nats (uniform over 16 keys: {math.log(16):.2f}); "
+                   f"gradient reaching a query: median <b>{r.median_gradient:.2g}</b>, "
+                   f"mean {r.mean_gradient:.2g}; queries with a gradient below {DEAD_GRADIENT:g}: "
+                   f"<b>{r.dead_share:.0%}</b></p>")
+        marker = math.log2(d_k)
         return readout + row(
-            svg_curve(log_d, {"scaled": curves[True][:, 0], "unscaled": curves[False][:, 0]},
-                      marker_x=math.log2(d_k), x_label="log2 d_k", y_label="entropy (nats)"),
-            svg_curve(log_d, {"scaled": curves[True][:, 1], "unscaled": curves[False][:, 1]},
-                      marker_x=math.log2(d_k), x_label="log2 d_k", y_label="softmax gradient norm"))
+            svg_curve(log_d, entropy_curves, marker_x=marker, x_label="log2 d_k", y_label="entropy (nats)"),
+            svg_curve(log_d, gradient_curves, marker_x=marker, x_label="log2 d_k",
+                      y_label="log10 median |dL/dq|"),
+            svg_curve(log_d, dead_curves, marker_x=marker, x_label="log2 d_k",
+                      y_label=f"% queries, gradient < {DEAD_GRADIENT:g}"))
 
     return LiveView({
         "d_k": widgets.SelectionSlider(options=D_K_CHOICES, value=64, description="d_k"),
