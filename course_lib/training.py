@@ -22,7 +22,9 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
           steps: int, lr: float, optimizer: str = "adam", progress: bool = False) -> list[float]:
     """Minimise loss_of_step(i) for i = 0..steps-1 over `parameters`; return every step's loss.
 
-    optimizer: "adam" (torch.optim.Adam) or "sgd" (plain gradient descent, no momentum).
+    optimizer: "adam" (Adam, torch's defaults betas = (0.9, 0.999), eps = 1e-8) or "sgd"
+    (plain gradient descent, no momentum). Both are written out below: they give torch.optim's
+    numbers without its first-use import of torch's compiler (seconds in every notebook).
     progress=True shows a progress bar in the notebook: use it for runs longer than a second.
     """
     require_count("steps", steps)
@@ -31,12 +33,13 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     parameters = list(parameters)
     if not parameters:
         raise ValueError("parameters is empty: there is nothing to train")
-    step_rule = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(parameters, lr=lr)
+    step_rule = Adam(parameters, lr) if optimizer == "adam" else SGD(parameters, lr)
     bar = _progress_bar(steps) if progress else None
     losses = []
     for step in range(steps):
         loss = loss_of_step(step)
-        step_rule.zero_grad()
+        for p in parameters:
+            p.grad = None
         loss.backward()
         step_rule.step()
         losses.append(loss.item())
@@ -45,6 +48,47 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     if bar is not None:
         bar.value = steps
     return losses
+
+
+class SGD:
+    """p <- p - lr * grad."""
+
+    def __init__(self, parameters: list[Tensor], lr: float):
+        self.parameters, self.lr = parameters, lr
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p in self.parameters:
+            if p.grad is not None:
+                p.sub_(self.lr * p.grad)
+
+
+class Adam:
+    """Adam (Kingma & Ba): a step of lr along the gradient's running mean over its running RMS.
+
+    m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  p <- p - lr * m_hat / (sqrt(v_hat) + eps),
+    with m_hat = m / (1 - b1^t) and v_hat = v / (1 - b2^t) undoing the zero start.
+    """
+
+    def __init__(self, parameters: list[Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8):
+        self.parameters, self.lr, self.betas, self.eps = parameters, lr, betas, eps
+        self.m = [torch.zeros_like(p) for p in parameters]
+        self.v = [torch.zeros_like(p) for p in parameters]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.parameters, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            m_hat = m / (1 - b1 ** self.t)
+            v_hat = v / (1 - b2 ** self.t)
+            p.sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
 
 
 def _progress_bar(steps: int):
