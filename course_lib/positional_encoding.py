@@ -303,7 +303,7 @@ def _require_tiny_model(model: object) -> None:
         raise TypeError(f"model must be a masks.TinyModel (see tiny_model), got {type(model).__name__}")
 
 
-def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 300, lr: float = 0.01,
+def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 150, lr: float = 0.02,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
 
