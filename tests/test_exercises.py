@@ -41,3 +41,22 @@ def test_wrong_answer_fails_hidden_tests(set_name, exercise, mutant):
 def test_wrong_answer_fails_visible_check(set_name, exercise, mutant):
     result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
     assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("set_name,exercise", [(s, e) for s in SETS for e in exercise_names(s)])
+def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise):
+    stub = f"def {exercise}(*args, **kwargs):\n    raise NotImplementedError()"
+    result = outcome(set_name, exercise, stub)
+    assert not result.check_passed
+    assert f"CheckFailed: `{exercise}` is not written yet: replace `raise NotImplementedError()`" in result.messages[0]
+
+
+def test_a_failed_check_renders_as_its_message_alone():
+    from course_lib.checks import CheckFailed
+    from course_lib.checks.attention_scores import check_softmax_rows
+
+    with pytest.raises(CheckFailed) as caught:
+        check_softmax_rows(lambda x: x.exp() / x.exp().sum(0))
+    assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
+    assert caught.value._render_traceback_() == [f"\x1b[31m{caught.value}\x1b[0m"]
+    assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
