@@ -60,3 +60,30 @@ def test_a_failed_check_renders_as_its_message_alone():
     assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
     assert caught.value._render_traceback_() == [f"\x1b[31m{caught.value}\x1b[0m"]
     assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
+
+
+# Ready-made code under a name no reading of the source catches: refused by what runs.
+CHEATS = {
+    ("01_attention_scores", "softmax_rows"): {
+        "import alias": "from torch.nn.functional import softmax as smax\ndef softmax_rows(x):\n    return smax(x, -1)",
+        "default argument": "import torch.nn.functional as F\ndef softmax_rows(x, f=F.softmax):\n    return f(x, dim=-1)",
+        "getattr": "import torch.nn.functional as F\ndef softmax_rows(x):\n    return getattr(F, 'soft' + 'max')(x, -1)",
+        "course_lib default": "from course_lib import attention as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
+    },
+    ("01_attention_scores", "attend"): {
+        "module-level alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n"
+                              "def attend(q, k, v, mask=None):\n    w = softmax_rows(score_matrix(q, k).masked_fill(~mask, -1e9) "
+                              "if mask is not None else score_matrix(q, k))\n    return sdpa(q, k, v, attn_mask=mask).nan_to_num(0), w",
+    },
+    ("05_normalization", "rms_norm_rows"): {
+        "getattr": "import torch.nn.functional as F\ndef rms_norm_rows(x, weight, eps=1e-6):\n"
+                   "    return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], weight, eps)",
+    },
+}
+
+
+@pytest.mark.parametrize("set_name,exercise,cheat", [(s, e, c) for (s, e), cs in CHEATS.items() for c in cs])
+def test_ready_made_code_is_refused_under_any_name(set_name, exercise, cheat):
+    result = outcome(set_name, exercise, CHEATS[(set_name, exercise)][cheat])
+    assert not result.hidden_passed and any("ready-made" in m or "the course's own" in m for m in result.messages), \
+        result.messages

@@ -10,15 +10,19 @@ An unanswered stub (`raise NotImplementedError()`) gets a message saying what to
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dis
 import functools
 import inspect
+import sys
 import traceback
+import weakref
 from types import CodeType
 from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 
 class CheckFailed(AssertionError):
@@ -38,6 +42,55 @@ def _where_in_your_code(error: BaseException) -> str:
     return f" (line {frame.lineno} of your cell: `{(frame.line or '').strip()}`)"
 
 
+# What actually ran inside the learner's function during its last visible check: torch function
+# names and Python code objects. written_by_hand refuses credit from it, whatever the alias.
+_RAN: "weakref.WeakKeyDictionary[Callable, tuple[set[str], set[CodeType]]]" = weakref.WeakKeyDictionary()
+
+
+class _TorchCalls(TorchFunctionMode):
+    """Records the name of every torch function, Tensor method and functional op that runs."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _recording(names: set[str], codes: set[CodeType]) -> Iterator[None]:
+    """Record torch calls (TorchFunctionMode) and Python functions entered (sys.setprofile)."""
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):  # 'call' is a Python function starting: note its code object
+        if event == "call":
+            codes.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        with _TorchCalls(names):
+            yield
+    finally:
+        sys.setprofile(previous)
+
+
+def _recorded(fn: Callable) -> Callable:
+    """`fn`, recording into _RAN what runs while it runs."""
+    if not inspect.isfunction(fn):
+        return fn
+    names, codes = set(), set()
+    _RAN[fn] = (names, codes)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with _recording(names, codes):
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def exercise_check(check: Callable) -> Callable:
     """Decorate a visible check `check_<fn>(fn)`: every failure becomes a short CheckFailed.
 
@@ -50,7 +103,7 @@ def exercise_check(check: Callable) -> Callable:
     def run(fn: Callable, *args, **kwargs) -> None:
         name = getattr(fn, "__name__", "your function")
         try:
-            check(fn, *args, **kwargs)
+            check(_recorded(fn), *args, **kwargs)
         except CheckFailed:
             raise
         except NotImplementedError:
@@ -132,3 +185,32 @@ def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden
                 refuse(name)
             if own and target not in seen:
                 written_by_hand(target, forbidden_names, forbidden_objects, seen)
+    if _seen is None:
+        _refuse_what_ran(fn, forbidden_names, forbidden_objects)
+
+
+def _code_of(obj: object) -> set[CodeType]:
+    """Code objects that mean `obj` ran: a function's, or every method of a class."""
+    obj = getattr(obj, "__func__", obj)
+    if inspect.isfunction(obj):
+        return {obj.__code__}
+    if inspect.isclass(obj):
+        return {f.__code__ for klass in obj.__mro__ if klass.__module__.startswith("course_lib")
+                for f in vars(klass).values() if inspect.isfunction(f)}
+    return set()
+
+
+def _refuse_what_ran(fn: Callable, forbidden_names: set[str], forbidden_objects: list[object]) -> None:
+    """Refuse credit if a ready-made implementation ran during the visible check of `fn`.
+
+    This catches what no reading of the code can: an alias bound as a default argument, in a
+    closure, through getattr or at module level. Building blocks (exp, sum, matmul) stay allowed.
+    """
+    names, codes = _RAN.get(fn, (set(), set()))
+    for name in sorted(names & forbidden_names):
+        raise CheckFailed(f"{fn.__name__} runs torch's ready-made `{name}` (under whatever name it was called): "
+                          "this exercise asks you to write it yourself, so it earns no credit")
+    for obj in forbidden_objects:
+        if _code_of(obj) & codes:
+            raise CheckFailed(f"{fn.__name__} runs the course's own `{getattr(obj, '__name__', obj)}` (under whatever "
+                              "name it was called): this exercise asks you to write it yourself, so it earns no credit")
