@@ -87,3 +87,19 @@ def test_ready_made_code_is_refused_under_any_name(set_name, exercise, cheat):
     result = outcome(set_name, exercise, CHEATS[(set_name, exercise)][cheat])
     assert not result.hidden_passed and any("ready-made" in m or "the course's own" in m for m in result.messages), \
         result.messages
+
+
+# An in-place change to the caller's tensor is caught in every exercise, with a message saying so.
+IN_PLACE = {
+    ("01_attention_scores", "softmax_rows"): "def softmax_rows(x):\n    x -= x.amax(-1, keepdim=True)\n"
+                                             "    x.exp_()\n    return x / x.sum(-1, keepdim=True)",
+    ("01_attention_scores", "row_entropy"): "def row_entropy(w):\n    w[w == 0] = 1.0\n    return -(w * w.log()).sum(-1)",
+}
+
+
+@pytest.mark.parametrize("set_name,exercise", [k for k, v in IN_PLACE.items() if v])
+def test_in_place_change_of_an_input_is_named(set_name, exercise):
+    """The visible check catches it; the graded cell starts with that check, so it fails too."""
+    result = outcome(set_name, exercise, IN_PLACE[(set_name, exercise)])
+    assert not result.check_passed
+    assert "changed its input" in result.messages[0], result.messages

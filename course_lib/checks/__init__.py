@@ -85,10 +85,27 @@ def _recorded(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        inputs = _tensor_arguments(fn, args, kwargs)
+        before = {name: x.detach().clone() for name, x in inputs.items()}
         with _recording(names, codes):
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        for name, x in inputs.items():
+            if x.shape != before[name].shape or not torch.equal(x.nan_to_num(0.123), before[name].nan_to_num(0.123)):
+                raise CheckFailed(f"`{fn.__name__}` changed its input `{name}` in place (the caller's tensor is "
+                                  "modified). Likely bug: an in-place operation such as `x -= ...`, `x[...] = ...` or "
+                                  "`.add_()`; compute a new tensor instead, e.g. `x = x - ...`")
+        return result
 
     return run
+
+
+def _tensor_arguments(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Tensor]:
+    """The tensors passed to `fn`, by parameter name (to say which one was changed)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {f"argument {i + 1}": a for i, a in enumerate(args)}
+    return {name: value for name, value in bound.items() if isinstance(value, Tensor)}
 
 
 def exercise_check(check: Callable) -> Callable:
