@@ -1,33 +1,257 @@
 """Instructor's grading run: student versions, autograding, feedback and a grades CSV.
 
-Usage: python scripts/grade.py [--course DIR] [--submissions DIR]
-  1. nbgrader generate_assignment for every set in solutions/  -> exercises/<set>/
-  2. nbgrader autograde for every set that has submissions     -> autograded/<student>/<set>/
-  3. nbgrader generate_feedback                                 -> feedback/<student>/<set>/*.html
-  4. nbgrader export                                            -> grades.csv
-Submissions are read from <submissions>/<student>/<set>/<set>.ipynb (default: submitted/).
+Usage: python scripts/grade.py [--course DIR] [--submissions DIR] [--exercises-only]
+  1. nbgrader generate_assignment for every set in solutions/ -> exercises/<set>/
+     (skipped when solutions/ and nbgrader_config.py are unchanged since the last run)
+  2. every submission <submissions>/<student>/<set>/*.ipynb is checked on its own: a file
+     that is not a notebook, or a folder with several notebooks, is flagged (feedback says
+     how to fix it) and the rest is graded; a single notebook under another name is graded;
+     deleted exercise cells are put back from the student version
+  3. nbgrader autograde + generate_feedback, one submission at a time -> autograded/, feedback/
+     (one that still fails, e.g. its kernel dies, is flagged, the others are graded)
+  4. grades.csv written fresh: one row per student and set, with a status column
+     (graded, needs manual grading, flagged, not submitted)
+Submissions are read from <submissions>/<student>/<set>/ (default: submitted/).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import html
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+
 ROOT = Path(__file__).resolve().parent.parent
+STAGING = ".grading"  # inside the course: normalized copies of the submissions, rebuilt every run
 
 
-def nbgrader(course: Path, *args: str, force: bool = True) -> None:
+@dataclass
+class Submission:
+    student: str
+    set_name: str
+    status: str = "graded"  # graded | needs manual grading | flagged | not submitted
+    notes: list[str] = field(default_factory=list)
+    score: float | None = None
+    max_score: float | None = None
+    seconds: float = 0.0
+
+
+def nbgrader(course: Path, *args: str, force: bool = True, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     # nbgrader runs `alembic` to create its database: it must find the venv's executable.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     # Without --force nbgrader silently skips what it did before and still exits 0.
-    subprocess.run([sys.executable, "-m", "nbgrader", *args, *(["--force"] if force else []), "--log-level=WARN"],
-                   cwd=course, env=env, check=True)
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args, *(["--force"] if force else []),
+                           "--log-level=WARN"], cwd=course, env=env, check=check, capture_output=not check, text=True)
+
+
+def solutions_digest(course: Path) -> str:
+    """Hash of everything generate_assignment reads: regenerate only when it changed."""
+    digest = hashlib.sha256()
+    for path in sorted([course / "nbgrader_config.py", *(course / "solutions").rglob("*.ipynb")]):
+        if ".ipynb_checkpoints" not in path.parts:
+            digest.update(str(path.relative_to(course)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def generate_student_versions(course: Path, sets: list[str]) -> bool:
+    """nbgrader generate_assignment for every set, unless nothing changed; True if it ran."""
+    stamp = course / STAGING / "solutions.sha256"
+    digest = solutions_digest(course)
+    if (course / "gradebook.db").exists() and stamp.exists() and stamp.read_text() == digest \
+            and all((course / "exercises" / s / f"{s}.ipynb").exists() for s in sets):
+        return False
+    for name in sets:
+        nbgrader(course, "generate_assignment", name)
+    stamp.parent.mkdir(exist_ok=True)
+    stamp.write_text(digest)
+    return True
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def restore_deleted_cells(nb, release) -> list[str]:
+    """Put back every nbgrader cell of the student version that the submission lost.
+
+    A missing cell goes right after the cell that preceded it in the student version, so the
+    hidden tests still run after the learner's answer. Returns the restored grade ids.
+    """
+    present = {_grade_id(c) for c in nb.cells}
+    restored, last_index = [], -1
+    for cell in release.cells:
+        grade_id = _grade_id(cell)
+        if grade_id is None:
+            continue
+        if grade_id in present:
+            last_index = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == grade_id)
+            continue
+        last_index += 1
+        nb.cells.insert(last_index, nbformat.from_dict(dict(cell)))
+        restored.append(grade_id)
+    return restored
+
+
+def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
+    """Check one submission folder and write its normalized copy; None (and sub flagged) if unusable."""
+    expected = f"{sub.set_name}.ipynb"
+    notebooks = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
+    if not notebooks:
+        sub.status, sub.notes = "not submitted", ["no notebook in the folder"]
+        return None
+    chosen = folder / expected if (folder / expected).exists() else None
+    if chosen is None and len(notebooks) == 1:
+        chosen = notebooks[0]
+        sub.notes.append(f"graded {chosen.name} (the file should be named {expected})")
+    if chosen is None:
+        sub.status = "flagged"
+        sub.notes.append(f"several notebooks ({', '.join(p.name for p in notebooks)}) and none named {expected}: "
+                         f"keep only your answer, named {expected}")
+        return None
+    try:
+        nb = nbformat.read(chosen, as_version=4)
+        nbformat.validate(nb)
+    except Exception as error:  # truncated JSON, not a notebook at all, an invalid cell...
+        sub.status = "flagged"
+        sub.notes.append(f"{chosen.name} is not a readable notebook ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0][:160]}); open it in JupyterLab, save it and submit again")
+        return None
+    sub.notes += scan(nb)
+    release = nbformat.read(course / "exercises" / sub.set_name / expected, as_version=4)
+    restored = restore_deleted_cells(nb, release)
+    if restored:
+        sub.notes.append(f"deleted cells put back from the exercise: {', '.join(restored)}")
+    target = course / STAGING / "submitted" / sub.student / sub.set_name / expected
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+    return target
+
+
+# Code a submission has no honest reason to run, and that nbgrader's model cannot stop: each hit
+# is listed in the report and grades.csv so the instructor looks at it (see README, Instructors).
+SUSPICIOUS = {
+    "reads the notebook's own cells or the caller's frame": r"get_ipython|_getframe|inspect\.(stack|currentframe|getouterframes)|\b_ih\b|\bIn\[|f_back|f_globals",
+    "opens files or databases": r"\bopen\(|sqlite3|gradebook|solutions/|pathlib|os\.(walk|listdir|scandir|system|remove)|subprocess|shutil",
+    "patches torch, course_lib or IPython": r"^\s*(torch|F|course_lib|IPython|builtins)(\.\w+)+\s*=[^=]|setattr\(\s*(torch|F|course_lib)|input_transformers|sys\.modules",
+    "stops the kernel": r"\b(exit|quit)\(|os\._exit|sys\.exit",
+}
+
+
+def scan(nb) -> list[str]:
+    """What in the learner's own cells (not the locked ones) needs a look by hand."""
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
+                       and not c.metadata.get("nbgrader", {}).get("locked"))
+    return [f"review by hand: {why}" for why, pattern in SUSPICIOUS.items() if re.search(pattern, source, re.M)]
+
+
+def why_it_failed(output: str) -> str:
+    """One sentence for the instructor and the learner from nbgrader's log of a failed run."""
+    if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output.lower():
+        return ("the notebook's kernel stopped while it ran (exit(), quit(), os._exit or running out of memory): "
+                "remove that call and submit again")
+    if "Timeout" in output:
+        return "the notebook did not finish in time: look for a loop that never ends"
+    last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no message"]
+    return f"nbgrader could not grade it ({last[0][:200]}); the instructor will look at it by hand"
+
+
+def write_flag_feedback(course: Path, sub: Submission) -> None:
+    """A feedback page for a submission that could not be graded: what is wrong, how to fix it."""
+    folder = course / "feedback" / sub.student / sub.set_name
+    folder.mkdir(parents=True, exist_ok=True)
+    items = "".join(f"<li>{html.escape(note)}</li>" for note in sub.notes)
+    (folder / f"{sub.set_name}.html").write_text(
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{sub.set_name}</title></head><body>"
+        f"<h1>{html.escape(sub.set_name)}: not graded</h1><p>Your submission could not be graded:</p>"
+        f"<ul>{items}</ul><p>Fix it and hand it in again; nothing else is wrong with the other sets.</p>"
+        "</body></html>")
+
+
+def grade_set(course: Path, set_name: str, subs: list[Submission], submitted: Path) -> None:
+    """Autograde and write feedback for every staged submission of one set in one nbgrader run.
+
+    nbgrader goes on past a submission it cannot grade (and then exits 1): each one without an
+    autograded notebook is graded again on its own to learn why, then flagged.
+    """
+    if not subs:
+        return
+    extra = [f"--CourseDirectory.submitted_directory={submitted}"]
+    start = time.perf_counter()
+    nbgrader(course, "autograde", set_name, *extra, check=False)
+    nbgrader(course, "generate_feedback", set_name, *extra, check=False)
+    per_submission = (time.perf_counter() - start) / len(subs)
+    for sub in subs:
+        sub.seconds = per_submission
+        if (course / "autograded" / sub.student / set_name / f"{set_name}.ipynb").exists():
+            continue
+        again = nbgrader(course, "autograde", set_name, *extra, "--student", sub.student, check=False)
+        sub.status = "flagged"
+        sub.notes.append(why_it_failed(again.stdout + again.stderr))
+        write_flag_feedback(course, sub)
+
+
+def read_scores(course: Path, subs: list[Submission]) -> None:
+    """Scores and manual-grading flags from the gradebook (one reader, after every run)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for sub in subs:
+            if sub.status != "graded":
+                continue
+            try:
+                result = gradebook.find_submission(sub.set_name, sub.student)
+            except MissingEntry:
+                sub.status = "flagged"
+                sub.notes.append("no grade was recorded")
+                continue
+            sub.score, sub.max_score = result.score, result.max_score
+            if result.needs_manual_grade:
+                sub.status = "needs manual grading"
+
+
+def write_csv(path: Path, subs: list[Submission], max_scores: dict[str, float]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["assignment", "student_id", "status", "score", "max_score", "seconds", "notes"])
+        for sub in subs:
+            score = "" if sub.score is None else f"{sub.score:g}"
+            writer.writerow([sub.set_name, sub.student, sub.status, score, f"{max_scores.get(sub.set_name, 0):g}",
+                             f"{sub.seconds:.1f}", "; ".join(sub.notes)])
+
+
+def set_max_scores(course: Path, sets: list[str]) -> dict[str, float]:
+    scores = {}
+    for name in sets:
+        nb = nbformat.read(course / "solutions" / name / f"{name}.ipynb", as_version=4)
+        scores[name] = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells
+                           if c.metadata.get("nbgrader", {}).get("grade"))
+    return scores
+
+
+def print_table(subs: list[Submission], elapsed: float) -> None:
+    print(f"{'student':16s} {'set':24s} {'score':>6s} {'max':>5s} {'s':>5s}  status")
+    for sub in subs:
+        score = "" if sub.score is None else f"{sub.score:6.1f}"
+        print(f"{sub.student:16s} {sub.set_name:24s} {score:>6s} {sub.max_score or 0:5.1f} {sub.seconds:5.1f}  "
+              f"{sub.status}{': ' + '; '.join(sub.notes) if sub.notes else ''}")
+    counts = {status: sum(s.status == status for s in subs)
+              for status in ("graded", "needs manual grading", "flagged", "not submitted")}
+    ran = [s.seconds for s in subs if s.seconds]
+    review = sum(any(note.startswith("review by hand") for note in s.notes) for s in subs)
+    print(", ".join(f"{n} {status}" for status, n in counts.items()) + f" ({review} to review by hand)"
+          + f"; {elapsed:.0f} s in all, {sum(ran) / max(len(ran), 1):.1f} s per submission")
 
 
 def main() -> None:
@@ -38,27 +262,42 @@ def main() -> None:
     args = parser.parse_args()
     course = args.course.resolve()
     submitted = (args.submissions or course / "submitted").resolve()
-    extra = [f"--CourseDirectory.submitted_directory={submitted}"]
+    started = time.perf_counter()
 
     sets = sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
-    for name in sets:
-        nbgrader(course, "generate_assignment", name)
+    if args.exercises_only:
+        (course / STAGING / "solutions.sha256").unlink(missing_ok=True)
+    generate_student_versions(course, sets)
     if args.exercises_only:
         print(f"student versions written to exercises/: {', '.join(sets)}")
         return
-    graded = sorted({p.parent.name for p in submitted.glob("*/*/*.ipynb")} & set(sets)) if submitted.exists() else []
-    if not graded:
-        print(f"student versions written to exercises/; no submissions found under {submitted}")
+
+    # Nothing from an earlier run may look current: results are rebuilt from scratch.
+    for stale in ("feedback", "autograded", f"{STAGING}/submitted"):
+        shutil.rmtree(course / stale, ignore_errors=True)
+    (course / "grades.csv").unlink(missing_ok=True)
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if submitted.exists() else []
+    handed_in = sorted({p.name for s in students for p in (submitted / s).iterdir() if p.is_dir()} & set(sets))
+    if not handed_in:
+        print(f"student versions are in exercises/; no submissions found under {submitted}")
         return
-    for name in graded:
-        nbgrader(course, "autograde", name, *extra)
-        nbgrader(course, "generate_feedback", name, *extra)
-    nbgrader(course, "export", "--to", str(course / "grades.csv"), *extra, force=False)
-    print(f"{'student':16s} {'set':28s} {'score':>7s} {'max':>5s}")
-    with open(course / "grades.csv") as handle:
-        for row in csv.DictReader(handle):
-            if row["score"] and row["assignment"] in graded:
-                print(f"{row['student_id']:16s} {row['assignment']:28s} {float(row['score']):7.1f} {float(row['max_score']):5.1f}")
+    staging = course / STAGING / "submitted"
+    subs = [Submission(student, name) for student in students for name in handed_in]
+    for sub in subs:
+        folder = submitted / sub.student / sub.set_name
+        if not folder.is_dir():
+            sub.status = "not submitted"
+        elif stage(course, folder, sub) is None and sub.status == "flagged":
+            write_flag_feedback(course, sub)
+    for name in handed_in:
+        grade_set(course, name, [s for s in subs if s.set_name == name and s.status == "graded"], staging)
+    read_scores(course, subs)
+    max_scores = set_max_scores(course, sets)
+    for sub in subs:
+        sub.max_score = max_scores[sub.set_name]
+    write_csv(course / "grades.csv", subs, max_scores)
+    print_table(subs, time.perf_counter() - started)
     print(f"grades: {course / 'grades.csv'}; feedback: {course / 'feedback'}/<student>/<set>/")
 
 

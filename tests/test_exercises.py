@@ -41,3 +41,65 @@ def test_wrong_answer_fails_hidden_tests(set_name, exercise, mutant):
 def test_wrong_answer_fails_visible_check(set_name, exercise, mutant):
     result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
     assert not result.check_passed, f"the visible check of {exercise} accepts the wrong answer '{mutant}'"
+
+
+@pytest.mark.parametrize("set_name,exercise", [(s, e) for s in SETS for e in exercise_names(s)])
+def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise):
+    stub = f"def {exercise}(*args, **kwargs):\n    raise NotImplementedError()"
+    result = outcome(set_name, exercise, stub)
+    assert not result.check_passed
+    assert f"CheckFailed: `{exercise}` is not written yet: replace `raise NotImplementedError()`" in result.messages[0]
+
+
+def test_a_failed_check_renders_as_its_message_alone():
+    from course_lib.checks import CheckFailed
+    from course_lib.checks.attention_scores import check_softmax_rows
+
+    with pytest.raises(CheckFailed) as caught:
+        check_softmax_rows(lambda x: x.exp() / x.exp().sum(0))
+    assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
+    assert caught.value._render_traceback_() == [f"\x1b[31m{caught.value}\x1b[0m"]
+    assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
+
+
+# Ready-made code under a name no reading of the source catches: refused by what runs.
+CHEATS = {
+    ("01_attention_scores", "softmax_rows"): {
+        "import alias": "from torch.nn.functional import softmax as smax\ndef softmax_rows(x):\n    return smax(x, -1)",
+        "default argument": "import torch.nn.functional as F\ndef softmax_rows(x, f=F.softmax):\n    return f(x, dim=-1)",
+        "getattr": "import torch.nn.functional as F\ndef softmax_rows(x):\n    return getattr(F, 'soft' + 'max')(x, -1)",
+        "course_lib default": "from course_lib import attention as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
+    },
+    ("01_attention_scores", "attend"): {
+        "module-level alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n"
+                              "def attend(q, k, v, mask=None):\n    w = softmax_rows(score_matrix(q, k).masked_fill(~mask, -1e9) "
+                              "if mask is not None else score_matrix(q, k))\n    return sdpa(q, k, v, attn_mask=mask).nan_to_num(0), w",
+    },
+    ("05_normalization", "rms_norm_rows"): {
+        "getattr": "import torch.nn.functional as F\ndef rms_norm_rows(x, weight, eps=1e-6):\n"
+                   "    return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], weight, eps)",
+    },
+}
+
+
+@pytest.mark.parametrize("set_name,exercise,cheat", [(s, e, c) for (s, e), cs in CHEATS.items() for c in cs])
+def test_ready_made_code_is_refused_under_any_name(set_name, exercise, cheat):
+    result = outcome(set_name, exercise, CHEATS[(set_name, exercise)][cheat])
+    assert not result.hidden_passed and any("ready-made" in m or "the course's own" in m for m in result.messages), \
+        result.messages
+
+
+# An in-place change to the caller's tensor is caught in every exercise, with a message saying so.
+IN_PLACE = {
+    ("01_attention_scores", "softmax_rows"): "def softmax_rows(x):\n    x -= x.amax(-1, keepdim=True)\n"
+                                             "    x.exp_()\n    return x / x.sum(-1, keepdim=True)",
+    ("01_attention_scores", "row_entropy"): "def row_entropy(w):\n    w[w == 0] = 1.0\n    return -(w * w.log()).sum(-1)",
+}
+
+
+@pytest.mark.parametrize("set_name,exercise", [k for k, v in IN_PLACE.items() if v])
+def test_in_place_change_of_an_input_is_named(set_name, exercise):
+    """The visible check catches it; the graded cell starts with that check, so it fails too."""
+    result = outcome(set_name, exercise, IN_PLACE[(set_name, exercise)])
+    assert not result.check_passed
+    assert "changed its input" in result.messages[0], result.messages

@@ -2,12 +2,16 @@
 
 Runs scripts/grade.py (what `make grade` runs) in a temporary course folder. For every
 exercise set: a fully correct submission gets full marks, and a submission with known-wrong
-answers to its last two exercises loses exactly those exercises' points. For set 01 a third submission raises in one
-answer and loops forever in another: both score 0, the other parts are still graded.
+answers to its last two exercises loses exactly those exercises' points. For set 01 a mixed folder
+of what students hand in under deadline: an answer that raises and one that loops forever (both
+score 0, the rest is graded), a truncated file, a copy saved under another name, `exit()` in a
+cell, warnings and stderr prints, deleted graded cells, a student who skipped sets, and code that
+prints the hidden tests' source. The run must finish, score each as deserved, and leak nothing.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -70,8 +74,63 @@ def course(tmp_path_factory) -> Path:
     folder = course / "submitted" / "broken" / "01_attention_scores"
     folder.mkdir(parents=True)
     nbformat.write(submission(course, "01_attention_scores", broken), folder / "01_attention_scores.ipynb")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)], check=True)
+    mixed = {  # student: (answers, grade ids of deleted cells, file name or None for a truncated file)
+        "copy1": ({}, (), f"{SET01}-Copy1.ipynb"),
+        "exits": ({"score_matrix": "exit()"}, (), SET01 + ".ipynb"),
+        "warns": ({"softmax_rows": WARNS}, (), SET01 + ".ipynb"),
+        "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), SET01 + ".ipynb"),
+        "leaker": ({"softmax_rows": LEAKER}, (), SET01 + ".ipynb"),
+        "truncated": ({}, (), None),
+    }
+    for student, (answers, deleted, name) in mixed.items():
+        folder = course / "submitted" / student / SET01
+        folder.mkdir(parents=True)
+        nb = submission(course, SET01, answers)
+        nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") not in deleted]
+        if name is None:
+            (folder / f"{SET01}.ipynb").write_text(nbformat.writes(nb)[:700])
+        else:
+            nbformat.write(nb, folder / name)
+    # An earlier run's results must not survive: a stale grades.csv and a ghost's feedback.
+    (course / "grades.csv").write_text("assignment,student_id,score\n01_attention_scores,ghost,7\n")
+    (course / "feedback" / "ghost" / SET01).mkdir(parents=True)
+    (course / "feedback" / "ghost" / SET01 / f"{SET01}.html").write_text("stale")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)],
+                         check=True, capture_output=True, text=True)
+    (course / "grade-output.txt").write_text(run.stdout)
     return course
+
+
+SET01 = "01_attention_scores"
+WARNS = """import sys, warnings
+
+def softmax_rows(x: Tensor) -> Tensor:
+    warnings.warn("is this stable?")
+    print("debug: shape", tuple(x.shape), file=sys.stderr)
+    exps = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return exps / exps.sum(dim=-1, keepdim=True)
+"""
+LEAKER = """import inspect
+
+def softmax_rows(x: Tensor) -> Tensor:
+    for frame in inspect.stack():  # print the source of every calling cell: the hidden tests
+        history = frame.frame.f_globals.get("_ih")
+        if history:
+            print(history[-1])
+    exps = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return exps / exps.sum(dim=-1, keepdim=True)
+"""
+
+
+def csv_rows(course: Path) -> dict[tuple[str, str], dict[str, str]]:
+    with open(course / "grades.csv") as handle:
+        return {(row["student_id"], row["assignment"]): row for row in csv.DictReader(handle)}
+
+
+def hidden_lines(course: Path, set_name: str) -> list[str]:
+    source = (course / "solutions" / set_name / f"{set_name}.ipynb").read_text()
+    return [line.strip() for block in HIDDEN.findall("\n".join(c.source for c in nbformat.reads(source, as_version=4).cells))
+            for line in block.splitlines() if len(line.strip()) > 12]
 
 
 def scores(course: Path, set_name: str, student: str) -> dict[str, float]:
@@ -135,4 +194,72 @@ def test_feedback_names_failed_tests_without_showing_hidden_tests(course):
     hidden_lines = [line.strip() for block in HIDDEN.findall("\n".join(
         c.source for c in nbformat.reads(source, as_version=4).cells)) for line in block.splitlines() if len(line.strip()) > 12]
     assert "written_by_hand" not in html and not any(line in html for line in hidden_lines if "check_" not in line)
-    assert "AssertionError" in html and "hidden tests ran here" in html
+    assert "CheckFailed" in html and "hidden tests ran here" in html
+
+
+@pytest.mark.parametrize("student", ["copy1", "warns", "deleted", "leaker"])
+def test_correct_work_gets_full_marks_despite_name_warnings_deleted_cells_or_prints(course, student):
+    assert scores(course, SET01, student) == points(course, SET01)
+    assert csv_rows(course)[(student, SET01)]["status"] == "graded"
+
+
+def test_the_run_finishes_and_broken_submissions_are_flagged_with_a_reason(course):
+    rows = csv_rows(course)
+    assert rows[("truncated", SET01)]["status"] == "flagged" and "not a readable notebook" in rows[("truncated", SET01)]["notes"]
+    assert rows[("exits", SET01)]["status"] == "flagged" and "kernel stopped" in rows[("exits", SET01)]["notes"]
+    assert rows[("truncated", SET01)]["score"] == "" and rows[("exits", SET01)]["score"] == ""
+    for student, fix in [("truncated", "open it in JupyterLab, save it"), ("exits", "remove that call")]:
+        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        assert "not graded" in html and fix in html
+    # Sets graded after set 01 were still graded for everybody.
+    assert all(rows[("correct", s)]["status"] == "graded" for s in SETS)
+
+
+def test_grades_csv_is_fresh_and_tells_missing_from_zero(course):
+    rows = csv_rows(course)
+    assert not any(student == "ghost" for student, _ in rows)
+    assert not (course / "feedback" / "ghost").exists()
+    # "copy1" handed in set 01 only: the other sets are "not submitted", not a 0.
+    for set_name in SETS[1:]:
+        assert rows[("copy1", set_name)]["status"] == "not submitted" and rows[("copy1", set_name)]["score"] == ""
+    assert rows[("wrong", SET01)]["score"] == f"{sum(points(course, SET01).values()) - sum(points(course, SET01)[e] for e in last_two(SET01)):g}"
+
+
+def test_printed_table_counts_graded_flagged_and_missing(course):
+    out = (course / "grade-output.txt").read_text()
+    graded = sum(r["status"] == "graded" for r in csv_rows(course).values())
+    missing = sum(r["status"] == "not submitted" for r in csv_rows(course).values())
+    assert f"{graded} graded" in out and "2 flagged" in out and f"{missing} not submitted" in out
+    assert "s per submission" in out
+
+
+def test_deleted_cells_are_put_back_and_reported(course):
+    notes = csv_rows(course)[("deleted", SET01)]["notes"]
+    assert "score_matrix_tests" in notes and "row_entropy_check" in notes
+
+
+def test_warnings_and_stderr_prints_stay_visible_in_feedback(course):
+    html = (course / "feedback" / "warns" / SET01 / f"{SET01}.html").read_text()
+    assert "is this stable?" in html and "debug: shape" in html
+
+
+def test_a_timeout_message_names_the_limit_and_the_cell(course):
+    html = (course / "feedback" / "broken" / SET01 / f"{SET01}.html").read_text()
+    assert "`attend` ran longer than the 20 s limit per cell" in html and "CellTimeoutError" not in html
+
+
+def test_feedback_never_shows_hidden_test_source_even_when_the_submission_prints_it(course):
+    autograded = nbformat.read(course / "autograded" / "leaker" / SET01 / f"{SET01}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in autograded.cells if c.cell_type == "code" for o in c.outputs)
+    lines = hidden_lines(course, SET01)
+    assert any(line in printed for line in lines)  # the submission really printed them
+    for student in ("leaker", "wrong", "broken", "warns"):
+        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        assert not [line for line in lines if line in html and "check_" not in line], student
+
+
+def test_code_that_reads_frames_or_stops_the_kernel_is_listed_for_review(course):
+    rows = csv_rows(course)
+    assert "review by hand: reads the notebook's own cells" in rows[("leaker", SET01)]["notes"]
+    assert "review by hand: stops the kernel" in rows[("exits", SET01)]["notes"]
+    assert not any("review by hand" in rows[(student, SET01)]["notes"] for student in ("correct", "warns", "copy1"))

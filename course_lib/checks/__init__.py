@@ -2,19 +2,136 @@
 
 A check runs the learner's function on a tiny input, prints what was expected and what
 came, names the likely bug when the answer matches a known mistake, and ends with
-"passed". It raises AssertionError on failure so nbgrader's tests fail too.
+"passed". It raises CheckFailed (an AssertionError, so nbgrader's tests fail too) whose
+`_render_traceback_` makes IPython show only the short message, not the check's internals.
+An unanswered stub (`raise NotImplementedError()`) gets a message saying what to do.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dis
+import functools
 import inspect
+import sys
+import traceback
+import weakref
 from types import CodeType
 from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+
+class CheckFailed(AssertionError):
+    """A failed check: IPython shows its message alone (no traceback through course_lib)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m{line}\x1b[0m" for line in str(self).splitlines()]
+
+
+def _where_in_your_code(error: BaseException) -> str:
+    """' (line N of your cell)' for the innermost frame of the learner's own code, if any."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if "course_lib" not in f.filename and "site-packages" not in f.filename and "/torch/" not in f.filename]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" (line {frame.lineno} of your cell: `{(frame.line or '').strip()}`)"
+
+
+# What actually ran inside the learner's function during its last visible check: torch function
+# names and Python code objects. written_by_hand refuses credit from it, whatever the alias.
+_RAN: "weakref.WeakKeyDictionary[Callable, tuple[set[str], set[CodeType]]]" = weakref.WeakKeyDictionary()
+
+
+class _TorchCalls(TorchFunctionMode):
+    """Records the name of every torch function, Tensor method and functional op that runs."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _recording(names: set[str], codes: set[CodeType]) -> Iterator[None]:
+    """Record torch calls (TorchFunctionMode) and Python functions entered (sys.setprofile)."""
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):  # 'call' is a Python function starting: note its code object
+        if event == "call":
+            codes.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        with _TorchCalls(names):
+            yield
+    finally:
+        sys.setprofile(previous)
+
+
+def _recorded(fn: Callable) -> Callable:
+    """`fn`, recording into _RAN what runs while it runs."""
+    if not inspect.isfunction(fn):
+        return fn
+    names, codes = set(), set()
+    _RAN[fn] = (names, codes)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        inputs = _tensor_arguments(fn, args, kwargs)
+        before = {name: x.detach().clone() for name, x in inputs.items()}
+        with _recording(names, codes):
+            result = fn(*args, **kwargs)
+        for name, x in inputs.items():
+            if x.shape != before[name].shape or not torch.equal(x.nan_to_num(0.123), before[name].nan_to_num(0.123)):
+                raise CheckFailed(f"`{fn.__name__}` changed its input `{name}` in place (the caller's tensor is "
+                                  "modified). Likely bug: an in-place operation such as `x -= ...`, `x[...] = ...` or "
+                                  "`.add_()`; compute a new tensor instead, e.g. `x = x - ...`")
+        return result
+
+    return run
+
+
+def _tensor_arguments(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Tensor]:
+    """The tensors passed to `fn`, by parameter name (to say which one was changed)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {f"argument {i + 1}": a for i, a in enumerate(args)}
+    return {name: value for name, value in bound.items() if isinstance(value, Tensor)}
+
+
+def exercise_check(check: Callable) -> Callable:
+    """Decorate a visible check `check_<fn>(fn)`: every failure becomes a short CheckFailed.
+
+    - the learner's stub still raises NotImplementedError: say it is not written yet;
+    - an AssertionError from the check: the same message, without the check's traceback;
+    - any other exception from the learner's code: its type, message and the line in their cell.
+    """
+
+    @functools.wraps(check)
+    def run(fn: Callable, *args, **kwargs) -> None:
+        name = getattr(fn, "__name__", "your function")
+        try:
+            check(_recorded(fn), *args, **kwargs)
+        except CheckFailed:
+            raise
+        except NotImplementedError:
+            raise CheckFailed(f"`{name}` is not written yet: replace `raise NotImplementedError()` "
+                              "with your code, run that cell, then run this check again") from None
+        except AssertionError as error:
+            raise CheckFailed(str(error)) from None
+        except Exception as error:  # the learner's code raised: name it, and where, in one line
+            raise CheckFailed(f"`{name}` raised {type(error).__name__}: {error}{_where_in_your_code(error)}") from None
+
+    return run
 
 
 def _fmt(x: object) -> str:
@@ -28,18 +145,18 @@ def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, 
     """Raise AssertionError with expected vs got (and the matching known bug) unless close."""
     print(f"{name}\n  expected: {_fmt(expected)}\n  got:      {_fmt(got)}")
     if not isinstance(got, Tensor):
-        raise AssertionError(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+        raise CheckFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
     if got.shape != expected.shape:
-        raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
+        raise CheckFailed(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
     if torch.allclose(got.to(expected.dtype), expected, atol=atol, rtol=1e-4, equal_nan=False):
         return
     for hint, wrong in (likely_bugs or {}).items():
         if wrong.shape == got.shape and torch.allclose(got.to(wrong.dtype), wrong, atol=atol, rtol=1e-4, equal_nan=True):
-            raise AssertionError(f"{name}: wrong values. Likely bug: {hint}")
+            raise CheckFailed(f"{name}: wrong values. Likely bug: {hint}")
     if torch.isnan(got).any():
-        raise AssertionError(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row")
+        raise CheckFailed(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row")
     hints = "; ".join(likely_bugs or {}) or "compare your formula with the text above"
-    raise AssertionError(f"{name}: wrong values. Things to check: {hints}")
+    raise CheckFailed(f"{name}: wrong values. Things to check: {hints}")
 
 
 def passed(name: str) -> None:
@@ -63,13 +180,13 @@ def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden
     (defined in the same notebook) are inspected the same way.
     """
     if not inspect.isfunction(fn):
-        raise AssertionError(f"expected a function you wrote, got {type(fn).__name__}")
+        raise CheckFailed(f"expected a function you wrote, got {type(fn).__name__}")
     forbidden_names, forbidden_objects = set(forbidden_names), list(forbidden_objects)
     seen = _seen if _seen is not None else set()
     seen.add(fn)
 
     def refuse(name: str) -> None:
-        raise AssertionError(f"{fn.__name__} uses a ready-made `{name}`: this exercise asks you to write it "
+        raise CheckFailed(f"{fn.__name__} uses a ready-made `{name}`: this exercise asks you to write it "
                              "yourself, so it earns no credit")
 
     for code in _code_objects(fn.__code__):
@@ -85,3 +202,32 @@ def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden
                 refuse(name)
             if own and target not in seen:
                 written_by_hand(target, forbidden_names, forbidden_objects, seen)
+    if _seen is None:
+        _refuse_what_ran(fn, forbidden_names, forbidden_objects)
+
+
+def _code_of(obj: object) -> set[CodeType]:
+    """Code objects that mean `obj` ran: a function's, or every method of a class."""
+    obj = getattr(obj, "__func__", obj)
+    if inspect.isfunction(obj):
+        return {obj.__code__}
+    if inspect.isclass(obj):
+        return {f.__code__ for klass in obj.__mro__ if klass.__module__.startswith("course_lib")
+                for f in vars(klass).values() if inspect.isfunction(f)}
+    return set()
+
+
+def _refuse_what_ran(fn: Callable, forbidden_names: set[str], forbidden_objects: list[object]) -> None:
+    """Refuse credit if a ready-made implementation ran during the visible check of `fn`.
+
+    This catches what no reading of the code can: an alias bound as a default argument, in a
+    closure, through getattr or at module level. Building blocks (exp, sum, matmul) stay allowed.
+    """
+    names, codes = _RAN.get(fn, (set(), set()))
+    for name in sorted(names & forbidden_names):
+        raise CheckFailed(f"{fn.__name__} runs torch's ready-made `{name}` (under whatever name it was called): "
+                          "this exercise asks you to write it yourself, so it earns no credit")
+    for obj in forbidden_objects:
+        if _code_of(obj) & codes:
+            raise CheckFailed(f"{fn.__name__} runs the course's own `{getattr(obj, '__name__', obj)}` (under whatever "
+                              "name it was called): this exercise asks you to write it yourself, so it earns no credit")

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from ..attention import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
-from . import compare, passed
+from . import compare, exercise_check, passed
 
 # Tiny inputs the learner can work out by hand.
 LOGITS = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
@@ -19,6 +19,7 @@ MASK = torch.tensor([[True, True, False], [False, False, False]])
 WEIGHTS = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
 
 
+@exercise_check
 def check_softmax_rows(softmax_rows: Callable) -> None:
     got = softmax_rows(LOGITS.clone())
     compare("softmax_rows(LOGITS)", got, softmax(LOGITS), {
@@ -29,6 +30,7 @@ def check_softmax_rows(softmax_rows: Callable) -> None:
     passed("softmax_rows")
 
 
+@exercise_check
 def check_score_matrix(score_matrix: Callable) -> None:
     got = score_matrix(Q.clone(), K.clone())
     compare("score_matrix(Q, K)", got, attention_scores(Q, K), {
@@ -39,6 +41,7 @@ def check_score_matrix(score_matrix: Callable) -> None:
     passed("score_matrix")
 
 
+@exercise_check
 def check_attend(attend: Callable) -> None:
     out, weights = attend(Q.clone(), K.clone(), V.clone())
     ref_out, ref_weights = scaled_dot_product_attention(Q, K, V)
@@ -63,6 +66,7 @@ def check_attend(attend: Callable) -> None:
     passed("attend")
 
 
+@exercise_check
 def check_row_entropy(row_entropy: Callable) -> None:
     got = row_entropy(WEIGHTS.clone())
     compare("row_entropy(WEIGHTS)", got, entropy(WEIGHTS), {

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..attention import attention_scores, scaled_dot_product_attention, softmax
 from ..masks import causal_mask, combine_masks, padding_mask
-from . import compare, passed
+from . import compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand.
 SCORES = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [5.0, 1.0, 2.0, 0.0]])  # (T=3, S=4)
@@ -57,6 +57,7 @@ def _compare_mask(name: str, got: object, expected: Tensor, likely_bugs: Mapping
                              "(True = may attend), e.g. with a comparison such as `<=`")
 
 
+@exercise_check
 def check_causal(causal: Callable) -> None:
     expected = causal_mask(4)
     _compare_mask("causal(4)", causal(4), expected, {
@@ -69,6 +70,7 @@ def check_causal(causal: Callable) -> None:
     passed("causal")
 
 
+@exercise_check
 def check_padding(padding: Callable) -> None:
     expected = padding_mask(LENGTHS, S_PAD)
     real = expected[:, 0]  # (B, S)
@@ -82,6 +84,7 @@ def check_padding(padding: Callable) -> None:
     passed("padding")
 
 
+@exercise_check
 def check_masked_softmax(masked_softmax: Callable) -> None:
     got = masked_softmax(SCORES.clone(), SCORE_MASK.clone())
     expected = softmax(SCORES.masked_fill(~SCORE_MASK, -math.inf))
@@ -104,6 +107,7 @@ def reference_additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w:
     return torch.tanh((q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :]) @ w
 
 
+@exercise_check
 def check_additive_scores(additive_scores: Callable) -> None:
     args = (Q_ADD, K_ADD, W_Q_ADD, W_K_ADD, W_ADD)
     expected = reference_additive_scores(*args)
@@ -133,6 +137,7 @@ def reference_cross_attend(target: Tensor, source: Tensor, w_q: Tensor, w_k: Ten
     return scaled_dot_product_attention(q, k, v, mask, scale=scale)
 
 
+@exercise_check
 def check_cross_attend(cross_attend: Callable) -> None:
     args = (TARGET, SOURCE, W_Q, W_K, W_V, SOURCE_LENGTHS)
     out, weights = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))

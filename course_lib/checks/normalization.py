@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..normalization import batch_norm, batch_statistics, layer_norm, rms_norm
-from . import compare, passed
+from . import compare, exercise_check, passed
 
 # A batch of B = 2 sequences, T = 3 positions, D = 2 features, small enough to check by hand:
 # feature 0 holds 1, 2, 3, 5, 6, 7 (mean 4), feature 1 holds 0, 2, 4, 0, 2, 4 (mean 2).
@@ -39,6 +39,7 @@ def _shape_hint(name: str, got: object, expected: Tensor, hints: dict[tuple[int,
         raise AssertionError(f"{name}: wrong shape. Likely bug: {hints[tuple(got.shape)]}")
 
 
+@exercise_check
 def check_batch_stats(batch_stats: Callable) -> None:
     got_mean, got_var = _pair("batch_stats(X)", batch_stats(X.clone()))
     mean, var, _ = batch_statistics(X)
@@ -56,6 +57,7 @@ def check_batch_stats(batch_stats: Callable) -> None:
     passed("batch_stats")
 
 
+@exercise_check
 def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
     def run(training: bool, eps: float = 1e-5) -> Tensor:
         return batch_norm_forward(X.clone(), GAMMA2.clone(), BETA2.clone(), RUNNING_MEAN.clone(),
@@ -83,6 +85,7 @@ def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
     passed("batch_norm_forward")
 
 
+@exercise_check
 def check_update_running(update_running: Callable) -> None:
     momentum = 0.25
     got_mean, got_var = _pair("update_running(...)", update_running(RUNNING_MEAN.clone(), RUNNING_VAR.clone(),
@@ -103,6 +106,7 @@ def check_update_running(update_running: Callable) -> None:
     passed("update_running")
 
 
+@exercise_check
 def check_layer_norm_rows(layer_norm_rows: Callable) -> None:
     for eps in (1e-5, BIG_EPS):
         got = layer_norm_rows(ROWS.clone(), GAMMA4.clone(), BETA4.clone(), eps)
@@ -122,6 +126,7 @@ def check_layer_norm_rows(layer_norm_rows: Callable) -> None:
     passed("layer_norm_rows")
 
 
+@exercise_check
 def check_rms_norm_rows(rms_norm_rows: Callable) -> None:
     for eps in (1e-6, BIG_EPS):
         got = rms_norm_rows(ROWS.clone(), GAMMA4.clone(), eps)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..attention import attention_scores, softmax
 from ..permutation import bias_after_norm, inverse_permutation, self_attention
-from . import compare, passed
+from . import compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand. PERM is not its own inverse, so using the
 # inverse by mistake shows up.
@@ -42,10 +42,13 @@ def _call(label: str, fn: Callable, *args, hint: str = ""):
     """Run the learner's function; turn an exception into a check failure that names it."""
     try:
         return fn(*args)
+    except NotImplementedError:
+        raise  # an unanswered stub: exercise_check says so
     except Exception as error:  # the learner sees their own error, plus the likely cause
         raise AssertionError(f"{label} raised {type(error).__name__}: {error}" + (f". Likely bug: {hint}" if hint else "")) from None
 
 
+@exercise_check
 def check_permute_rows(permute_rows: Callable) -> None:
     got = _call("permute_rows(X, PERM)", permute_rows, X.clone(), PERM.clone())
     compare("permute_rows(X, PERM)  (row i of the answer is row PERM[i] of X)", got, X[PERM], {
@@ -72,6 +75,7 @@ def _gap(f: Callable, x: Tensor, perm: Tensor, kind: str) -> float:
     return float((permuted - plain[..., perm, :]).abs().max())
 
 
+@exercise_check
 def check_equivariance_gap(equivariance_gap: Callable) -> None:
     functions = (sums_with_all, running_sum, minus_last_row)
     got = []
@@ -99,6 +103,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None, dim:
     return weights @ v, weights
 
 
+@exercise_check
 def check_biased_attention(biased_attention: Callable) -> None:
     # float64, so that the expected and the learner's numbers agree to every printed digit
     x, w_q, w_k, w_v, b_q, b_k, b_v = (t.double() for t in (X, W_Q, W_K, W_V, B_Q, B_K, B_V))
@@ -136,6 +141,7 @@ MULTISET_CASES = [
 ]
 
 
+@exercise_check
 def check_same_multiset(same_multiset: Callable) -> None:
     for index, (a, b, atol, expected, bug) in enumerate(MULTISET_CASES):
         got = _call(f"same_multiset(case {index})", same_multiset, a.clone(), b.clone(), atol)
@@ -148,6 +154,7 @@ def check_same_multiset(same_multiset: Callable) -> None:
     passed("same_multiset")
 
 
+@exercise_check
 def check_bias_left_by_norm(bias_left_by_norm: Callable) -> None:
     layer = BIAS - BIAS.mean()
     got = _call('bias_left_by_norm(BIAS, "batch")', bias_left_by_norm, BIAS.clone(), "batch")

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..positional_encoding import apply_rope, frequencies, shift_matrix, sinusoidal_encoding
-from . import compare, passed
+from . import compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand.
 X_ROPE = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0]])  # (T=3, d=4)
@@ -21,6 +21,8 @@ def _call(label: str, fn: Callable, *args, hint: str = ""):
     """Run the learner's function; turn an exception into a check failure that names it."""
     try:
         return fn(*args)
+    except NotImplementedError:
+        raise  # an unanswered stub: exercise_check says so
     except Exception as error:  # the learner sees their own error, plus the likely cause
         raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
                              + (f". Likely bug: {hint}" if hint else "")) from None
@@ -45,6 +47,7 @@ def _table_with(n_positions: int, d_model: int, layout: str = "interleaved", swa
     return torch.stack([first, second], -1).flatten(-2).float()
 
 
+@exercise_check
 def check_sinusoidal_table(sinusoidal_table: Callable) -> None:
     got = _call("sinusoidal_table(4, 6)", sinusoidal_table, 4, 6)
     compare("sinusoidal_table(4, 6)  (rows: positions 0..3; columns: sin0, cos0, sin1, cos1, sin2, cos2)",
@@ -60,6 +63,7 @@ def check_sinusoidal_table(sinusoidal_table: Callable) -> None:
     passed("sinusoidal_table")
 
 
+@exercise_check
 def check_offset_rotation(offset_rotation: Callable) -> None:
     got = _call("offset_rotation(2, 4)", offset_rotation, 2, 4)
     want = shift_matrix(2, 4)
@@ -91,6 +95,7 @@ def _rope_half_split(x: Tensor) -> Tensor:
     return torch.cat([turned[..., 0::2], turned[..., 1::2]], -1)
 
 
+@exercise_check
 def check_rope_rotate(rope_rotate: Callable) -> None:
     got = _call("rope_rotate(X_ROPE)", rope_rotate, X_ROPE.clone())
     want = apply_rope(X_ROPE)
@@ -119,6 +124,7 @@ def _rope_with(x: Tensor, sign: float = 1.0, one_speed: bool = False) -> Tensor:
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
 
 
+@exercise_check
 def check_add_learned_positions(add_learned_positions: Callable) -> None:
     got = _call("add_learned_positions(X_SEQ, TABLE)", add_learned_positions, X_SEQ.clone(), TABLE.clone())
     compare("add_learned_positions(X_SEQ, TABLE)  (X_SEQ: (2, 3, 2), TABLE: 3 rows)", got, X_SEQ + TABLE, {
