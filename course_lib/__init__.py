@@ -2,7 +2,7 @@
 
 One module per lesson, imported by its notebook; a lesson's module imports only the modules
 of earlier lessons (and torch), so the layers of the code follow the course:
-    attention            01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
+    attention_scores     01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
     masks                02  padding and causal masks, the three uses of attention, additive
                              attention, the course's TinyModel and its training
     permutation          03  permutation symmetry and what each bias does

@@ -1,6 +1,6 @@
 """Lesson 02: masks, and the three places a Transformer uses attention.
 
-Dimension names as in course_lib.attention: B batch, T query positions, S key/value
+Dimension names as in course_lib.attention_scores: B batch, T query positions, S key/value
 positions, D model width, d_k, d_v. In a translation model the source has n tokens and
 the target m tokens; cross-attention's score matrix is (m, n).
 
@@ -11,7 +11,7 @@ boolean `attn_mask` and `key_padding_mask` use the opposite one, True = NOT allo
 added to the scores before the softmax.
 
 A query whose every key is masked gets zero weights and a zero output row, never NaN
-(course_lib.attention.softmax returns zeros for an all -inf row).
+(course_lib.attention_scores.softmax returns zeros for an all -inf row).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .attention import Attention, scaled_dot_product_attention, softmax
+from .attention_scores import Attention, scaled_dot_product_attention, softmax
 from .guards import (broadcast_shape, require_choice, require_count, require_float, require_integer,
                      require_number, require_tensor, require_width)
 from .training import train
@@ -143,7 +143,7 @@ def to_multihead_attention(layer: Attention) -> nn.MultiheadAttention:
 
 def require_layer(name: str, layer: object) -> Attention:
     if not isinstance(layer, Attention):
-        raise TypeError(f"{name} must be a course_lib.attention.Attention layer, got {type(layer).__name__}")
+        raise TypeError(f"{name} must be a course_lib.attention_scores.Attention layer, got {type(layer).__name__}")
     return layer
 
 

@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .attention import Attention  # lesson 01: the attention of the blocks in "where the norm goes"
+from .attention_scores import Attention  # lesson 01: the attention of the blocks in "where the norm goes"
 from .guards import (require_choice, require_count, require_float, require_number, require_same_dtype,
                      require_tensor, require_width)
 

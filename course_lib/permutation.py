@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import project_qkv, scaled_dot_product_attention
+from .attention_scores import project_qkv, scaled_dot_product_attention
 from .guards import require_count, require_float, require_integer, require_number, require_same_dtype, require_tensor
 
 # ---------------------------------------------------------------- permutations

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 import course_lib.widgets as widget_package  # noqa: E402
-from course_lib.attention import scaled_dot_product_attention  # noqa: E402
+from course_lib.attention_scores import scaled_dot_product_attention  # noqa: E402
 from execute_notebooks import notebooks  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Lesson 01: course_lib.attention against torch, its input checks, and exercise set 01's checks."""
+"""Lesson 01: course_lib.attention_scores against torch, its input checks, and exercise set 01's checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention import (DEAD_GRADIENT, Attention, attention_scores, dot_product_moments, entropy,
+from course_lib.attention_scores import (DEAD_GRADIENT, Attention, attention_scores, dot_product_moments, entropy,
                                   naive_softmax, project_qkv, scaled_dot_product_attention, softmax,
                                   softmax_saturation, train_alignment)
 from exercise_harness import outcome
@@ -310,7 +310,7 @@ MUTANTS = {
         "no max subtraction": "def softmax_rows(x):\n    e = torch.exp(x)\n    return e / e.sum(-1, keepdim=True)",
         "wrong axis": "def softmax_rows(x):\n    e = torch.exp(x - x.amax(0, keepdim=True))\n    return e / e.sum(0, keepdim=True)",
         "calls torch.softmax": "def softmax_rows(x):\n    return torch.softmax(x, -1)",
-        "calls the course reference": "from course_lib.attention import softmax as my_softmax\n"
+        "calls the course reference": "from course_lib.attention_scores import softmax as my_softmax\n"
                                       "def softmax_rows(x):\n    return my_softmax(x)",
     },
     "score_matrix": {

@@ -68,7 +68,7 @@ CHEATS = {
         "import alias": "from torch.nn.functional import softmax as smax\ndef softmax_rows(x):\n    return smax(x, -1)",
         "default argument": "import torch.nn.functional as F\ndef softmax_rows(x, f=F.softmax):\n    return f(x, dim=-1)",
         "getattr": "import torch.nn.functional as F\ndef softmax_rows(x):\n    return getattr(F, 'soft' + 'max')(x, -1)",
-        "course_lib default": "from course_lib import attention as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
+        "course_lib default": "from course_lib import attention_scores as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
     },
     ("01_attention_scores", "attend"): {
         "module-level alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n"

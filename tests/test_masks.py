@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention import scaled_dot_product_attention
-from course_lib.attention import Attention
+from course_lib.attention_scores import scaled_dot_product_attention
+from course_lib.attention_scores import Attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, LearnedPositions,
                               TinyConfig, TinyModel, additive_attention, additive_mask, causal_mask, combine_masks,
                               cross_attention, decoder_self_attention, encoder_self_attention, fit_additive_scorer,
@@ -460,7 +460,7 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 def test_to_multihead_attention_needs_equal_widths():
     with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
         to_multihead_attention(Attention(8, d_k=4))
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got Linear"):
         to_multihead_attention(torch.nn.Linear(2, 2))
 
 
@@ -546,7 +546,7 @@ def test_additive_scorer_rejects_bad_sizes(d_q, d_k, d_hidden, message):
 
 def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     layer, x = Attention(4), torch.randn(2, 3, 4)
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got AdditiveScorer"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got AdditiveScorer"):
         encoder_self_attention(AdditiveScorer(4, 4, 4), x)
     with pytest.raises(ValueError, match="source_lengths has 3 lengths but the batch has B=2 sequences"):
         encoder_self_attention(layer, x, [1, 2, 3])
@@ -648,7 +648,7 @@ MUTANTS = {
                                 "    return torch.softmax(scores.masked_fill(~mask, -1e9), -1)",
         "inverted mask": "def masked_softmax(scores, mask):\n"
                          "    return torch.softmax(scores.masked_fill(mask, -math.inf), -1).nan_to_num(0.0)",
-        "calls the course reference": "from course_lib.attention import softmax as sm\n"
+        "calls the course reference": "from course_lib.attention_scores import softmax as sm\n"
                                       "def masked_softmax(scores, mask):\n"
                                       "    return sm(scores.masked_fill(~mask, -math.inf))",
     },

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.attention import scaled_dot_product_attention, softmax
+from course_lib.attention_scores import scaled_dot_product_attention, softmax
 from course_lib.masks import causal_mask
 from course_lib.permutation import (EncoderBlockParams, bias_after_norm, check_permutation, describe_gap,
                                     encoder_block, equivariance_gap, inverse_permutation, linear, match_rows,

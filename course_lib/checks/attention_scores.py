@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from ..attention import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
+from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
 from . import compare, exercise_check, passed
 
 # Tiny inputs the learner can work out by hand.

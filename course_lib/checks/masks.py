@@ -8,7 +8,7 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 
-from ..attention import attention_scores, scaled_dot_product_attention, softmax
+from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..masks import causal_mask, combine_masks, padding_mask
 from . import compare, exercise_check, passed
 

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..attention import attention_scores, softmax
+from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..permutation import bias_after_norm, inverse_permutation, self_attention
 from . import compare, exercise_check, passed
 
@@ -98,11 +98,6 @@ def check_equivariance_gap(equivariance_gap: Callable) -> None:
     passed("equivariance_gap")
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None, dim: int = -1) -> tuple[Tensor, Tensor]:
-    weights = softmax(attention_scores(q, k, scale), dim=dim)
-    return weights @ v, weights
-
-
 @exercise_check
 def check_biased_attention(biased_attention: Callable) -> None:
     # float64, so that the expected and the learner's numbers agree to every printed digit
@@ -117,8 +112,10 @@ def check_biased_attention(biased_attention: Callable) -> None:
     compare("weights of biased_attention(...)", weights, ref_weights, {
         "the query bias is missing (it is the one bias that changes the weights)":
             self_attention(x, w_q, w_k, w_v, None, b_k, b_v)[1],
-        "did you divide the scores by sqrt(d_k)? d_k = 2 here": _attention(q, k, v, scale=1.0)[1],
-        "softmax over the wrong axis: each row (one query, all keys) must sum to 1": _attention(q, k, v, dim=-2)[1],
+        "did you divide the scores by sqrt(d_k)? d_k = 2 here":
+            scaled_dot_product_attention(q, k, v, scale=1.0)[1],
+        "softmax over the wrong axis: each row (one query, all keys) must sum to 1":
+            softmax(attention_scores(q, k), dim=-2),
     })
     compare("output of biased_attention(...)", out, ref_out, {
         "the value bias is missing: every output row should be B_V = [10, 20, 30] higher":

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..attention import DEAD_GRADIENT, attention_scores, softmax, softmax_saturation
+from ..attention_scores import DEAD_GRADIENT, attention_scores, softmax, softmax_saturation
 from ..plots import svg_bars, svg_curve, svg_vectors
 from . import LiveView, row
 

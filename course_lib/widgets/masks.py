@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..attention import attention_scores, softmax
+from ..attention_scores import attention_scores, softmax
 from ..masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, causal_mask, combine_masks,
                      fit_additive_scorer, matching_layer, padding_mask, toy_translation_batch)
 from ..plots import svg_bars, svg_heatmap

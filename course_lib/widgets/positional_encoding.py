@@ -8,7 +8,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..attention import attention_scores
+from ..attention_scores import attention_scores
 from ..plots import svg_curve, svg_heatmap, svg_vectors
 from ..positional_encoding import apply_rope, frequencies, rotate_pairs
 from . import LiveView, row
