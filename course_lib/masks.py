@@ -432,7 +432,7 @@ class TinyConfig:
     max_len: int = 8
     d_model: int = 32
     causal: bool = True
-    positions: str = "learned"  # "none" or "learned"; lesson 04's tiny_model adds its own schemes
+    positions: str = "learned"  # TinyModel builds "none" and "learned"; other schemes are passed in
     residual: bool = True
     seed: int = 0  # the initial weights
 

@@ -278,7 +278,7 @@ def tiny_model(kind: str, base: float = 10000.0, alibi_slope: float = 0.5, learn
     ids: (B, T) -> logits (B, T, V). kind: "none", "learned", "sinusoidal", "rope" or "alibi".
     """
     require_choice("kind", kind, POSITION_KINDS)
-    settings = TinyConfig(**config, positions=kind if kind in ("none", "learned") else "none")
+    settings = TinyConfig(**config, positions=kind)  # the name; the scheme itself is passed below
     return TinyModel(settings, positions=positions_for(kind, settings, base, alibi_slope, learned_slope))
 
 
