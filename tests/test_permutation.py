@@ -201,12 +201,18 @@ def test_encoder_block_matches_torch_transformer_encoder_layer(dtype, seed, mask
     assert (other - theirs).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
+def random_block_and_input(seed: int):
+    """A generator, random float64 block weights (D, d_ff = 2D) and x (B, T, D) for `seed`."""
     B, T, D = shapes(seed)
     g = gen(seed)
     p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    return g, p, torch.randn(B, T, D, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
+    g, p, x = random_block_and_input(seed)
+    B, T, D = x.shape
     # Written out independently with torch's modules: x + LN(Attn(x)), then x + LN(FFN(x)).
     mha = nn.MultiheadAttention(D, 1, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
@@ -261,10 +267,8 @@ def test_layer_norm_alone_is_equivariant_because_it_acts_on_each_row(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    g, p, x = random_block_and_input(seed)
+    B, T, D = x.shape
     perm = random_permutation(T, g)
     assert equivariance_gap(lambda t: encoder_block(t, p), x, perm) < 1e-12
     assert equivariance_gap(lambda t: encoder_block(t, p, norm=norm_over_tokens), x, perm) < 1e-12
@@ -272,10 +276,8 @@ def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(
 
 @pytest.mark.parametrize("seed", range(4))
 def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    g, p, x = random_block_and_input(seed)
+    B, T, D = x.shape
     perm = non_identity_permutation(T, g)
     assert equivariance_gap(lambda t: encoder_block(t, p, causal_mask(T)), x, perm) > 1e-3
     pe = position_table(T, D)
@@ -284,10 +286,8 @@ def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_mask_permuted_with_the_tokens_keeps_equivariance(seed):
-    B, T, D = shapes(seed)
-    g = gen(seed)
-    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    g, p, x = random_block_and_input(seed)
+    B, T, D = x.shape
     perm, mask = non_identity_permutation(T, g), causal_mask(T)
     moved = encoder_block(permute_tokens(x, perm), p, mask[perm][:, perm])
     torch.testing.assert_close(moved, permute_tokens(encoder_block(x, p, mask), perm), atol=1e-12, rtol=0)
