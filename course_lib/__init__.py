@@ -4,7 +4,7 @@ One module per lesson, imported by its notebook; a lesson's module imports only 
 of earlier lessons (and torch), so the layers of the code follow the course:
     attention_scores     01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
     masks                02  padding and causal masks, the three uses of attention, additive
-                             attention, the course's TinyModel and its training
+                             attention, the course's TinyModel (layers, optional MLP) and its training
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN

@@ -434,6 +434,8 @@ class TinyConfig:
     causal: bool = True
     positions: str = "learned"  # TinyModel builds "none" and "learned"; other schemes are passed in
     residual: bool = True
+    n_layers: int = 1  # attention layers, one after another (two make an induction head, lesson 06)
+    d_ff: int = 0  # width of the MLP after each attention layer; 0 = attention only (lesson 07)
     seed: int = 0  # the initial weights
 
     def __post_init__(self) -> None:
@@ -444,6 +446,8 @@ class TinyConfig:
         require_count("config.vocab_size", self.vocab_size, minimum=2)
         require_count("config.max_len", self.max_len)
         require_count("config.d_model", self.d_model)
+        require_count("config.n_layers", self.n_layers)
+        require_count("config.d_ff", self.d_ff, minimum=0)
         require_count("config.seed", self.seed, minimum=0)
         for name in ("causal", "residual"):
             if not isinstance(getattr(self, name), bool):
@@ -452,12 +456,35 @@ class TinyConfig:
             raise TypeError(f"config.positions must be a string, got {type(self.positions).__name__}")
 
 
-class TinyModel(nn.Module):
-    """The course's tiny model: token embedding, a position scheme, one attention head, a read-out.
+class TinyLayer(nn.Module):
+    """One layer of the tiny model: an attention head, then (if d_ff > 0) a ReLU MLP on each token.
 
-    ids: (B, T) integer tokens -> logits (B, T, vocab_size). The head is causal when
+    x: (B, T, D) -> (B, T, D), weights (B, T, T). With `residual`, each part adds to x.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, residual: bool):
+        super().__init__()
+        self.residual = residual
+        self.attention = Attention(d_model, bias=True)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)) if d_ff else None
+
+    def forward(self, x: Tensor, positions: Positions, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        attended, weights = self.attention(x, mask=mask, bias=positions.score_bias(x.shape[-2]),
+                                           rotate=positions.rotate)  # (B, T, D), (B, T, T)
+        x = x + attended if self.residual else attended
+        if self.mlp is not None:
+            x = x + self.mlp(x) if self.residual else self.mlp(x)
+        return x, weights
+
+
+class TinyModel(nn.Module):
+    """The course's tiny model: token embedding, a position scheme, attention layers, a read-out.
+
+    ids: (B, T) integer tokens -> logits (B, T, vocab_size). Every head is causal when
     config.causal; `positions` (default: built from config.positions) says where position
-    information enters. The last forward's attention weights are kept in `last_weights`.
+    information enters. config.n_layers layers, each an attention head and, if config.d_ff > 0,
+    an MLP. The last forward's attention weights are kept: `layer_weights` (one (B, T, T) per
+    layer) and `last_weights` (the first layer's, the only one when n_layers = 1).
     """
 
     def __init__(self, config: TinyConfig, positions: Positions | None = None):
@@ -475,9 +502,19 @@ class TinyModel(nn.Module):
                 kind = require_choice("config.positions", config.positions, ("none", "learned"))
                 positions = LearnedPositions(config.max_len, config.d_model) if kind == "learned" else Positions()
             self.positions = positions
-            self.attention = Attention(config.d_model, bias=True)
+            self.layers = nn.ModuleList(TinyLayer(config.d_model, config.d_ff, config.residual)
+                                        for _ in range(config.n_layers))
             self.readout = nn.Linear(config.d_model, config.vocab_size)
-        self.last_weights: Tensor | None = None
+        self.layer_weights: list[Tensor] = []
+
+    @property
+    def attention(self) -> Attention:
+        """The first layer's attention head (the only one when n_layers = 1)."""
+        return self.layers[0].attention
+
+    @property
+    def last_weights(self) -> Tensor | None:
+        return self.layer_weights[0] if self.layer_weights else None
 
     def forward(self, ids: Tensor) -> Tensor:
         require_token_ids("ids", ids, self.config.vocab_size)
@@ -485,10 +522,11 @@ class TinyModel(nn.Module):
         require_length_fits(T, self.config.max_len, "model")
         x = self.positions.add(self.tokens(ids))  # (B, T, D)
         mask = causal_mask(T) if self.config.causal else None
-        attended, weights = self.attention(x, mask=mask, bias=self.positions.score_bias(T),
-                                           rotate=self.positions.rotate)  # (B, T, D), (B, T, T)
-        self.last_weights = weights.detach()
-        return self.readout(x + attended if self.config.residual else attended)  # (B, T, vocab_size)
+        self.layer_weights = []
+        for layer in self.layers:
+            x, weights = layer(x, self.positions, mask)  # (B, T, D), (B, T, T)
+            self.layer_weights.append(weights.detach())
+        return self.readout(x)  # (B, T, vocab_size)
 
 
 def require_token_ids(name: str, ids: Tensor, vocab_size: int) -> None:

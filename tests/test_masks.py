@@ -494,6 +494,8 @@ def test_causality_helpers_want_one_sequence():
     ("d_model", 4.0, TypeError, "config.d_model must be an int, got float 4.0"),
     ("d_model", True, TypeError, "config.d_model must be an int, got bool True"),
     ("seed", -1, ValueError, "config.seed must be >= 0"),
+    ("n_layers", 0, ValueError, "config.n_layers must be >= 1, got config.n_layers=0"),
+    ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
     ("causal", 1, TypeError, "config.causal must be True or False, got 1"),
     ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
@@ -696,3 +698,38 @@ MUTANTS = {
 def test_visible_check_names_the_likely_bug(exercise, mutant, hint):
     result = outcome(SET, exercise, MUTANTS[exercise][mutant])
     assert any(hint in message for message in result.messages), result.messages
+
+
+def test_tiny_model_layers_are_attention_then_mlp_each_with_a_residual():
+    """Two layers with an MLP equal the same computation written out with the model's weights."""
+    config = TinyConfig(vocab_size=7, max_len=6, d_model=8, n_layers=2, d_ff=12, seed=3)
+    model = TinyModel(config).double()
+    ids = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(0))
+    x = model.tokens.weight[ids] + model.positions.table.weight[:6]
+    weights = []
+    for layer in model.layers:
+        att = layer.attention
+        q, k, v = att.query(x), att.key(x), att.value(x)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(6, 6).tril().bool(), -math.inf)
+        w = scores.softmax(-1)
+        x = x + att.out(w @ v)
+        x = x + layer.mlp[2](torch.relu(layer.mlp[0](x)))
+        weights.append(w)
+    torch.testing.assert_close(model(ids), model.readout(x), atol=1e-12, rtol=0)
+    assert len(model.layer_weights) == 2
+    for got, want in zip(model.layer_weights, weights):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(model.last_weights, weights[0], atol=1e-12, rtol=0)
+
+
+def test_one_layer_without_mlp_keeps_the_lesson_02_model_and_its_initial_weights():
+    """n_layers=1, d_ff=0 draws the same initial weights as before the fields existed."""
+    model = TinyModel(TinyConfig(seed=5))
+    torch.manual_seed(5)
+    tokens = torch.nn.Embedding(8, 32)
+    table = torch.nn.Embedding(8, 32)
+    query = torch.nn.Linear(32, 32)
+    assert model.layers[0].mlp is None and len(model.layers) == 1
+    torch.testing.assert_close(model.tokens.weight, tokens.weight, atol=0, rtol=0)
+    torch.testing.assert_close(model.positions.table.weight, table.weight, atol=0, rtol=0)
+    torch.testing.assert_close(model.attention.query.weight, query.weight, atol=0, rtol=0)
