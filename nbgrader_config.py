@@ -7,8 +7,10 @@ Submissions go in submitted/<student>/<set>/; autograded/ and feedback/ are writ
 
 import os
 import re
+import sys
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor, Preprocessor
+from nbformat.v4 import new_code_cell, new_output
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute,
                                     GetGrades, LimitOutput, SaveAutoGrades)
 
@@ -94,6 +96,104 @@ class StderrToStdout(Preprocessor):
         return cell, resources
 
 
-c.Autograde.autograde_preprocessors = [Execute, StderrToStdout, ClearMetadataPreprocessor, LimitOutput,
-                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+# scripts/grade.py passes a fresh secret for each run. It is taken out of the environment here,
+# before any kernel starts, so a submission's code never sees it; nbgrader reads this file more
+# than once per run, so the secret is kept on the sys module of this (nbgrader's) process.
+sys._grading_marker = os.environ.pop("TR_GRADING_MARKER", "") or getattr(sys, "_grading_marker", "")
+MARKER = sys._grading_marker
+GUARD = f"_guard_{MARKER[:10]}"
+
+# Runs first, before any of the learner's cells: it remembers what the hidden tests rely on.
+GUARD_CELL = f"""\
+import builtins, sys, torch, torch.nn.functional, torch.testing, course_lib.checks
+
+IPYKERNEL_SETS = {{"builtins.input", "builtins.raw_input", "builtins.getpass", "sys.excepthook",
+                  "sys.displayhook", "sys.stdout", "sys.stderr"}}  # replaced for every cell it runs
+
+class _HiddenTestsGuard:
+    def __init__(self, marker):
+        self.marker, self.seen = marker, self.look()
+
+    @staticmethod
+    def look():
+        shell = get_ipython()
+        seen = {{}}
+        for owner in (builtins, sys, torch, torch.Tensor, torch.nn.functional, torch.testing,
+                      course_lib.checks, shell, type(shell)):
+            for name, value in list(vars(owner).items()):
+                if callable(value) or name in ("stdout", "stderr"):
+                    seen[getattr(owner, "__name__", "the IPython shell") + "." + name] = id(value)
+        for name in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
+            seen["IPython " + name] = tuple(map(id, getattr(shell, name)))
+        return seen
+
+    def verify(self):
+        now = self.look()
+        changed = sorted(k for k, v in self.seen.items() if now.get(k) != v and k not in IPYKERNEL_SETS)
+        if changed:
+            raise AssertionError("the hidden tests did not run as written: the submission replaced "
+                                 + ", ".join(changed[:4]))
+        print(self.marker)
+
+{GUARD} = _HiddenTestsGuard({MARKER!r})
+del _HiddenTestsGuard
+"""
+
+
+def _is_test_cell(cell) -> bool:
+    return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade", False)
+
+
+class GuardHiddenTests(Preprocessor):
+    """Points only for test cells that ran to their end, as written, in an untouched kernel.
+
+    Before execution a first cell remembers the functions of torch, course_lib.checks, builtins
+    and IPython that the tests rely on, and each graded test cell gets one more line that checks
+    them and prints this run's secret marker. A cell emptied or rewritten by the submission (an
+    IPython input transformer, a patched torch.allclose) prints no marker or fails the check.
+    """
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        if MARKER:
+            nb.cells.insert(0, new_code_cell(GUARD_CELL, metadata={"guard": True}))
+            for cell in nb.cells:
+                if _is_test_cell(cell):
+                    cell.source += f"\n{GUARD}.verify()"
+        return nb, resources
+
+
+class RequireMarker(Preprocessor):
+    """After execution: a test cell without the marker fails; the guard leaves no trace."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        if not MARKER:
+            return nb, resources
+        nb.cells = [cell for cell in nb.cells if not cell.metadata.get("guard")]
+        for cell in nb.cells:
+            if not _is_test_cell(cell):
+                continue
+            cell.source = cell.source.removesuffix(f"\n{GUARD}.verify()")
+            printed = any(MARKER in o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            for output in cell.outputs:
+                if output.output_type == "stream":
+                    output.text = output.text.replace(MARKER + "\n", "").replace(MARKER, "")
+            cell.outputs = [o for o in cell.outputs if o.output_type != "stream" or o.text]
+            if not printed and not any(o.output_type == "error" for o in cell.outputs):
+                message = ("the hidden tests of this cell did not run to their end (the cell was skipped, "
+                           "emptied or rewritten while grading): 0 points for it; the instructor will look at it")
+                cell.outputs.append(new_output("error", ename="NotGraded", evalue=message,
+                                               traceback=[f"NotGraded: {message}"]))
+        return nb, resources
+
+
+c.Autograde.autograde_preprocessors = [GuardHiddenTests, Execute, StderrToStdout, RequireMarker,
+                                       ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                       AssignLatePenalties, CheckCellMetadata]
+# grade.py names a kernel that runs each submission in a sandbox (scripts/sandbox_kernel.py).
+if os.environ.get("TR_KERNEL_NAME"):
+    c.Execute.kernel_name = os.environ["TR_KERNEL_NAME"]
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

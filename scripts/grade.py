@@ -7,8 +7,11 @@ Usage: python scripts/grade.py [--course DIR] [--submissions DIR] [--exercises-o
      that is not a notebook, or a folder with several notebooks, is flagged (feedback says
      how to fix it) and the rest is graded; a single notebook under another name is graded;
      deleted exercise cells are put back from the student version
-  3. nbgrader autograde + generate_feedback, one submission at a time -> autograded/, feedback/
-     (one that still fails, e.g. its kernel dies, is flagged, the others are graded)
+  3. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
+     (default: one per core), each batch with its own copy of the gradebook; the grades are then
+     copied into gradebook.db by this process alone. Each kernel runs in a bubblewrap sandbox
+     (scripts/sandbox_kernel.py) and each test cell must print a per-run secret marker (see
+     nbgrader_config.py). A submission that still fails (its kernel dies...) is flagged.
   4. grades.csv written fresh: one row per student and set, with a status column
      (graded, needs manual grading, flagged, not submitted)
 Submissions are read from <submissions>/<student>/<set>/ (default: submitted/).
@@ -17,15 +20,20 @@ Submissions are read from <submissions>/<student>/<set>/ (default: submitted/).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import html
 import os
+import json
 import re
+import secrets
 import shutil
+import site
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,8 +54,9 @@ class Submission:
     seconds: float = 0.0
 
 
-def nbgrader(course: Path, *args: str, force: bool = True, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def nbgrader(course: Path, *args: str, force: bool = True, check: bool = True,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = os.environ | (env or {})
     # nbgrader runs `alembic` to create its database: it must find the venv's executable.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
@@ -179,27 +188,122 @@ def write_flag_feedback(course: Path, sub: Submission) -> None:
         "</body></html>")
 
 
-def grade_set(course: Path, set_name: str, subs: list[Submission], submitted: Path) -> None:
-    """Autograde and write feedback for every staged submission of one set in one nbgrader run.
+KERNEL = "transformer-roots-sandbox"
+
+
+def sandbox_environment(course: Path) -> dict[str, str]:
+    """Environment for nbgrader that runs every submission's kernel in scripts/sandbox_kernel.py.
+
+    Hidden from the kernel: the course folder (solutions, gradebook, hidden tests, other students),
+    the folder course_lib is installed from, and the home folder; shown again read-only: the
+    course library and the Python environment. Without bubblewrap, grading still runs, unsandboxed,
+    and says so.
+    """
+    if shutil.which("bwrap") is None:
+        print("WARNING: bubblewrap (bwrap) is not installed, so submissions run unsandboxed and could "
+              "read solutions/ or the gradebook: install it (`apt-get install bubblewrap`)", file=sys.stderr)
+        return {}
+    home = Path.home().resolve()
+    hide = {course, ROOT} | ({home} if home != Path("/") else set())
+    python = Path(os.path.realpath(sys.executable)).parent.parent  # may sit in the home folder (pyenv)
+    show = {ROOT / "course_lib", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python,
+            Path(site.getusersitepackages())}
+    argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"), *(f"--hide={p}" for p in sorted(hide)),
+            *(f"--show={p}" for p in sorted(show)), "-f", "{connection_file}"]
+    spec = course / STAGING / "jupyter" / "kernels" / KERNEL
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": argv, "display_name": "Python 3 (sandboxed for grading)", "language": "python",
+        "interrupt_mode": "message"}))  # a signal would stop at bwrap; a message reaches the kernel
+    runtime = course / STAGING / "runtime"  # connection files: hidden from every kernel but its own
+    runtime.mkdir(parents=True, exist_ok=True)
+    return {"TR_KERNEL_NAME": KERNEL, "JUPYTER_RUNTIME_DIR": str(runtime),
+            "JUPYTER_PATH": os.pathsep.join(filter(None, [str(course / STAGING / "jupyter"),
+                                                          os.environ.get("JUPYTER_PATH")]))}
+
+
+@dataclass
+class Batch:
+    """Some submissions of one set, graded by one nbgrader run with a gradebook of its own."""
+    set_name: str
+    subs: list[Submission]
+    folder: Path
+
+    @property
+    def gradebook(self) -> Path:
+        return self.folder / "gradebook.db"
+
+
+def make_batches(course: Path, subs: list[Submission], jobs: int) -> list[Batch]:
+    """Split each set's staged submissions into `jobs` batches, each in a folder of its own."""
+    batches = []
+    for set_name in sorted({s.set_name for s in subs}):
+        of_set = [s for s in subs if s.set_name == set_name]
+        for k in range(min(jobs, len(of_set))):
+            batch = Batch(set_name, of_set[k::jobs], course / STAGING / "batches" / f"{set_name}-{k}")
+            for sub in batch.subs:
+                staged = course / STAGING / "submitted" / sub.student / set_name
+                shutil.copytree(staged, batch.folder / "submitted" / sub.student / set_name)
+            shutil.copy(course / "gradebook.db", batch.gradebook)
+            batches.append(batch)
+    return batches
+
+
+def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
+    """Autograde and write feedback for one batch (runs in a thread; nbgrader is a subprocess).
 
     nbgrader goes on past a submission it cannot grade (and then exits 1): each one without an
     autograded notebook is graded again on its own to learn why, then flagged.
     """
-    if not subs:
-        return
-    extra = [f"--CourseDirectory.submitted_directory={submitted}"]
+    extra = [f"--CourseDirectory.submitted_directory={batch.folder / 'submitted'}",
+             f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}"]
     start = time.perf_counter()
-    nbgrader(course, "autograde", set_name, *extra, check=False)
-    nbgrader(course, "generate_feedback", set_name, *extra, check=False)
-    per_submission = (time.perf_counter() - start) / len(subs)
-    for sub in subs:
-        sub.seconds = per_submission
-        if (course / "autograded" / sub.student / set_name / f"{set_name}.ipynb").exists():
+    nbgrader(course, "autograde", batch.set_name, *extra, check=False, env=env)
+    nbgrader(course, "generate_feedback", batch.set_name, *extra, check=False, env=env)
+    for sub in batch.subs:
+        sub.seconds = (time.perf_counter() - start) / len(batch.subs)
+        if (course / "autograded" / sub.student / batch.set_name / f"{batch.set_name}.ipynb").exists():
             continue
-        again = nbgrader(course, "autograde", set_name, *extra, "--student", sub.student, check=False)
+        again = nbgrader(course, "autograde", batch.set_name, *extra, "--student", sub.student, check=False, env=env)
         sub.status = "flagged"
         sub.notes.append(why_it_failed(again.stdout + again.stderr))
         write_flag_feedback(course, sub)
+
+
+def record_grades(course: Path, batch: Batch) -> None:
+    """Copy a batch's grades into the course gradebook: its only writer, one batch after another."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as main, \
+            Gradebook(f"sqlite:///{batch.gradebook}") as graded:
+        for sub in batch.subs:
+            try:
+                done = graded.find_submission(batch.set_name, sub.student)
+            except MissingEntry:
+                continue
+            main.update_or_create_student(sub.student)
+            with contextlib.suppress(MissingEntry):
+                main.remove_submission(batch.set_name, sub.student)  # an earlier run's
+            main.add_submission(batch.set_name, sub.student, timestamp=done.timestamp)
+            for notebook in done.notebooks:
+                for grade in notebook.grades:
+                    row = main.find_grade(grade.name, notebook.name, batch.set_name, sub.student)
+                    row.auto_score, row.manual_score = grade.auto_score, grade.manual_score
+                    row.extra_credit, row.needs_manual_grade = grade.extra_credit, grade.needs_manual_grade
+                for comment in notebook.comments:
+                    row = main.find_comment(comment.name, notebook.name, batch.set_name, sub.student)
+                    row.auto_comment, row.manual_comment = comment.auto_comment, comment.manual_comment
+            main.db.commit()
+
+
+def grade_all(course: Path, subs: list[Submission], jobs: int) -> None:
+    """Grade every staged submission, `jobs` nbgrader runs at a time, then record the grades."""
+    env = sandbox_environment(course) | {"TR_GRADING_MARKER": secrets.token_hex(16)}
+    batches = make_batches(course, subs, jobs)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda batch: grade_batch(course, batch, env), batches))
+    for batch in batches:
+        record_grades(course, batch)
 
 
 def read_scores(course: Path, subs: list[Submission]) -> None:
@@ -240,7 +344,7 @@ def set_max_scores(course: Path, sets: list[str]) -> dict[str, float]:
     return scores
 
 
-def print_table(subs: list[Submission], elapsed: float) -> None:
+def print_table(subs: list[Submission], elapsed: float, jobs: int) -> None:
     print(f"{'student':16s} {'set':24s} {'score':>6s} {'max':>5s} {'s':>5s}  status")
     for sub in subs:
         score = "" if sub.score is None else f"{sub.score:6.1f}"
@@ -251,7 +355,8 @@ def print_table(subs: list[Submission], elapsed: float) -> None:
     ran = [s.seconds for s in subs if s.seconds]
     review = sum(any(note.startswith("review by hand") for note in s.notes) for s in subs)
     print(", ".join(f"{n} {status}" for status, n in counts.items()) + f" ({review} to review by hand)"
-          + f"; {elapsed:.0f} s in all, {sum(ran) / max(len(ran), 1):.1f} s per submission")
+          + f"; {elapsed:.0f} s in all, {elapsed / max(len(ran), 1):.1f} s per submission "
+          f"({sum(ran) / max(len(ran), 1):.1f} s each, {jobs} at a time)")
 
 
 def main() -> None:
@@ -259,6 +364,7 @@ def main() -> None:
     parser.add_argument("--course", type=Path, default=ROOT, help="course folder holding nbgrader_config.py")
     parser.add_argument("--submissions", type=Path, default=None, help="folder of <student>/<set>/ submissions")
     parser.add_argument("--exercises-only", action="store_true", help="only write the student versions")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
     args = parser.parse_args()
     course = args.course.resolve()
     submitted = (args.submissions or course / "submitted").resolve()
@@ -273,7 +379,7 @@ def main() -> None:
         return
 
     # Nothing from an earlier run may look current: results are rebuilt from scratch.
-    for stale in ("feedback", "autograded", f"{STAGING}/submitted"):
+    for stale in ("feedback", "autograded", f"{STAGING}/submitted", f"{STAGING}/batches"):
         shutil.rmtree(course / stale, ignore_errors=True)
     (course / "grades.csv").unlink(missing_ok=True)
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")) \
@@ -282,7 +388,6 @@ def main() -> None:
     if not handed_in:
         print(f"student versions are in exercises/; no submissions found under {submitted}")
         return
-    staging = course / STAGING / "submitted"
     subs = [Submission(student, name) for student in students for name in handed_in]
     for sub in subs:
         folder = submitted / sub.student / sub.set_name
@@ -290,14 +395,13 @@ def main() -> None:
             sub.status = "not submitted"
         elif stage(course, folder, sub) is None and sub.status == "flagged":
             write_flag_feedback(course, sub)
-    for name in handed_in:
-        grade_set(course, name, [s for s in subs if s.set_name == name and s.status == "graded"], staging)
+    grade_all(course, [s for s in subs if s.status == "graded"], args.jobs)
     read_scores(course, subs)
     max_scores = set_max_scores(course, sets)
     for sub in subs:
         sub.max_score = max_scores[sub.set_name]
     write_csv(course / "grades.csv", subs, max_scores)
-    print_table(subs, time.perf_counter() - started)
+    print_table(subs, time.perf_counter() - started, args.jobs)
     print(f"grades: {course / 'grades.csv'}; feedback: {course / 'feedback'}/<student>/<set>/")
 
 
