@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test grade bench notebooks exercises browser clean
+.PHONY: setup lab test grade bench notebooks exercises system release clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,18 +27,19 @@ setup: $(STAMP)
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
 
-browser:
-	@bash scripts/ensure_chromium.sh
+# Chromium (browser test) and bubblewrap (the grading sandbox), from Debian when root.
+system:
+	@bash scripts/ensure_system_packages.sh
 
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg -q
 
 # The notebooks run twice: with this CPU's fastest kernels, then with torch's portable ones
 # (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets): their outputs must agree.
-test: setup browser
+test: setup system
 	$(BIN)/python -m pytest tests notebooks solutions $(NBVAL)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest notebooks solutions $(NBVAL)
 
-grade: setup
+grade: setup system
 	$(BIN)/python scripts/grade.py $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS))
 
 exercises: setup
@@ -48,7 +49,7 @@ notebooks: setup
 	$(BIN)/python scripts/execute_notebooks.py notebooks solutions
 	$(MAKE) exercises
 
-bench: setup browser
+bench: setup system
 	$(BIN)/python scripts/bench.py
 
 clean:

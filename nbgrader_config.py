@@ -172,17 +172,22 @@ class RequireMarker(Preprocessor):
     def preprocess(self, nb, resources):
         if not MARKER:
             return nb, resources
+        printed = {id(cell) for cell in nb.cells if _is_test_cell(cell) and f"\n{MARKER}\n" in "\n" + "".join(
+            o.text for o in cell.outputs if o.output_type == "stream")}
         nb.cells = [cell for cell in nb.cells if not cell.metadata.get("guard")]
+        for cell in nb.cells:  # a submission that prints its calling cells prints the guard too
+            for output in cell.get("outputs", []):
+                if output.output_type == "stream":
+                    output.text = "".join(line for line in output.text.splitlines(keepends=True)
+                                          if MARKER not in line and GUARD not in line)
+                elif output.output_type == "error":
+                    output.traceback = [line for line in output.traceback if GUARD not in line]
         for cell in nb.cells:
             if not _is_test_cell(cell):
                 continue
             cell.source = cell.source.removesuffix(f"\n{GUARD}.verify()")
-            printed = any(MARKER in o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-            for output in cell.outputs:
-                if output.output_type == "stream":
-                    output.text = output.text.replace(MARKER + "\n", "").replace(MARKER, "")
             cell.outputs = [o for o in cell.outputs if o.output_type != "stream" or o.text]
-            if not printed and not any(o.output_type == "error" for o in cell.outputs):
+            if id(cell) not in printed and not any(o.output_type == "error" for o in cell.outputs):
                 message = ("the hidden tests of this cell did not run to their end (the cell was skipped, "
                            "emptied or rewritten while grading): 0 points for it; the instructor will look at it")
                 cell.outputs.append(new_output("error", ename="NotGraded", evalue=message,

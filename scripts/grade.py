@@ -255,14 +255,21 @@ def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
     nbgrader goes on past a submission it cannot grade (and then exits 1): each one without an
     autograded notebook is graded again on its own to learn why, then flagged.
     """
-    extra = [f"--CourseDirectory.submitted_directory={batch.folder / 'submitted'}",
-             f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}"]
+    # Each batch has its own folders: nbgrader works on every student it finds in them.
+    extra = [f"--CourseDirectory.{kind}_directory={batch.folder / kind}" for kind in ("submitted", "autograded",
+                                                                                     "feedback")]
+    extra.append(f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}")
     start = time.perf_counter()
     nbgrader(course, "autograde", batch.set_name, *extra, check=False, env=env)
     nbgrader(course, "generate_feedback", batch.set_name, *extra, check=False, env=env)
     for sub in batch.subs:
         sub.seconds = (time.perf_counter() - start) / len(batch.subs)
-        if (course / "autograded" / sub.student / batch.set_name / f"{batch.set_name}.ipynb").exists():
+        if (batch.folder / "autograded" / sub.student / batch.set_name / f"{batch.set_name}.ipynb").exists():
+            for kind in ("autograded", "feedback"):
+                done = batch.folder / kind / sub.student / batch.set_name
+                if done.exists():
+                    (course / kind / sub.student).mkdir(parents=True, exist_ok=True)
+                    shutil.move(done, course / kind / sub.student / batch.set_name)
             continue
         again = nbgrader(course, "autograde", batch.set_name, *extra, "--student", sub.student, check=False, env=env)
         sub.status = "flagged"

@@ -7,9 +7,11 @@ The kernel starts in the folder nbgrader runs the submission in (its cwd); insid
   - every --hide folder replaced by an empty one (the course: solutions, gradebook, hidden
     tests, other students' work; the instructor's home), with the --show folders (the
     installed course library, the Python environment) put back read-only inside them;
-  - its own folder, writable; a private, empty /tmp;
+  - its own folder (the one it starts in) and /tmp, both empty, private and writable: nbgrader's
+    real folder is not shown, as it holds the notebook with the hidden tests while they run;
   - its own process tree only (it cannot see nbgrader's process or environment).
-So a submission can read the course library and write its own folder, and nothing else.
+So a submission can read the course library and the Python environment, write a folder that
+is thrown away afterwards, and nothing else.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def bwrap_command(cwd: Path, hide: list[Path], show: list[Path], connection_file
         if folder.exists():
             command += ["--ro-bind", str(folder), str(folder)]
     # The connection file may sit in a hidden folder: put back this kernel's own file only.
-    command += ["--ro-bind", str(connection_file), str(connection_file), "--bind", str(cwd), str(cwd)]
+    # Its folder is an empty, writable stand-in: nbgrader's real folder holds the notebook with the
+    # hidden tests in it while they run.
+    command += ["--ro-bind", str(connection_file), str(connection_file), "--tmpfs", str(cwd)]
     for folder in hide:  # the empty stand-ins are read-only too (after the mounts made inside them)
         command += ["--remount-ro", str(folder)]
     command += ["--chdir", str(cwd), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",

@@ -81,6 +81,16 @@ def course(tmp_path_factory) -> Path:
         "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), SET01 + ".ipynb"),
         "leaker": ({"softmax_rows": LEAKER}, (), SET01 + ".ipynb"),
         "truncated": ({}, (), None),
+        # Cheats: each would get full marks without the sandbox and the hidden tests' guard.
+        "reader": ({"softmax_rows": READER.format(places=[str(course), str(ROOT), str(Path.home())])}, (),
+                   SET01 + ".ipynb"),
+        "writer": ({"softmax_rows": WRITER.format(places=[str(course / "course_lib_extra.py"),
+                                                          str(course / "gradebook.db"),
+                                                          str(course / "autograded" / "correct" / "x.py"),
+                                                          str(ROOT / "course_lib" / "extra.py")])}, (),
+                   SET01 + ".ipynb"),
+        "patcher": ({"softmax_rows": PATCHER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
+        "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
     }
     for student, (answers, deleted, name) in mixed.items():
         folder = course / "submitted" / student / SET01
@@ -120,6 +130,45 @@ def softmax_rows(x: Tensor) -> Tensor:
     exps = torch.exp(x - x.amax(dim=-1, keepdim=True))
     return exps / exps.sum(dim=-1, keepdim=True)
 """
+
+
+HONEST_SOFTMAX = """
+def softmax_rows(x: Tensor) -> Tensor:
+    exps = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return exps / exps.sum(dim=-1, keepdim=True)
+"""
+# Looks for the solutions, the hidden tests and the gradebook where they are on the grader's disk.
+READER = """import os, sys
+found, own = [], []
+for place in {places}:
+    for folder, _, files in os.walk(place):
+        if not folder.startswith((sys.prefix, sys.base_prefix)):  # Python itself is shown, read-only
+            paths = [os.path.join(folder, f) for f in files if f.endswith((".ipynb", ".db", ".sqlite"))]
+            (own if folder.startswith(os.getcwd()) else found).extend(paths)
+print("FOUND", len(found), "notebooks or databases:", found[:3], "in its own folder:", own)
+""" + HONEST_SOFTMAX
+# Tries to plant code in the course (which later submissions would import) and edit the gradebook.
+WRITER = """written = []
+for path in {places}:
+    try:
+        with open(path, "a") as handle:
+            handle.write("planted")
+        written.append(path)
+    except OSError:
+        pass
+print("WROTE", written)
+""" + HONEST_SOFTMAX
+# Makes every comparison pass, so a wrong answer would look right.
+PATCHER = """import torch.testing
+torch.allclose = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+""" + HONEST_SOFTMAX
+# Empties every later cell that runs checks or hidden tests before IPython runs it.
+EMPTIER = """def _skip_tests(lines):
+    return [] if any("check_" in line or "HIDDEN" in line for line in lines) else lines
+get_ipython().input_transformers_cleanup.append(_skip_tests)
+""" + HONEST_SOFTMAX
+WRONG_ENTROPY = "def row_entropy(w):\n    return w.sum(-1)"
 
 
 def csv_rows(course: Path) -> dict[tuple[str, str], dict[str, str]]:
@@ -263,3 +312,42 @@ def test_code_that_reads_frames_or_stops_the_kernel_is_listed_for_review(course)
     assert "review by hand: reads the notebook's own cells" in rows[("leaker", SET01)]["notes"]
     assert "review by hand: stops the kernel" in rows[("exits", SET01)]["notes"]
     assert not any("review by hand" in rows[(student, SET01)]["notes"] for student in ("correct", "warns", "copy1"))
+
+
+def printed(course: Path, student: str, grade_id: str) -> str:
+    nb = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "".join(o.get("text", "") for o in cell.outputs)
+
+
+def test_a_submission_cannot_read_solutions_hidden_tests_or_the_gradebook(course):
+    out = printed(course, "reader", "softmax_rows")
+    assert "FOUND 0 notebooks or databases: [] in its own folder: []" in out, out
+    assert scores(course, SET01, "reader") == points(course, SET01)  # its honest answers still count
+
+
+def test_a_submission_cannot_write_outside_its_own_folder(course):
+    assert "WROTE []" in printed(course, "writer", "softmax_rows")
+    assert not (course / "course_lib_extra.py").exists() and not (ROOT / "course_lib" / "extra.py").exists()
+    assert not (course / "autograded" / "correct" / "x.py").exists()
+    assert b"planted" not in (course / "gradebook.db").read_bytes()
+    assert scores(course, SET01, "writer") == points(course, SET01)
+
+
+@pytest.mark.parametrize("student", ["patcher", "emptier"])
+def test_patching_torch_or_emptying_test_cells_earns_nothing(course, student):
+    # Both answer every exercise right except row_entropy, then cheat from the first cell on.
+    assert scores(course, SET01, student) == {name: 0.0 for name in points(course, SET01)}
+    html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+    reason = "replaced torch.allclose" if student == "patcher" else "did not run to their end"
+    assert reason in html
+
+
+def test_the_secret_marker_never_reaches_a_notebook_or_feedback(course):
+    for student in ("correct", "leaker", "patcher"):
+        autograded = (course / "autograded" / student / SET01 / f"{SET01}.ipynb").read_text()
+        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        assert "_guard_" not in autograded and "_guard_" not in html and "verify()" not in autograded
+        outputs = "".join(o.get("text", "") for c in nbformat.reads(autograded, as_version=4).cells
+                          if c.cell_type == "code" for o in c.outputs)
+        assert not re.search(r"^[0-9a-f]{32}$", outputs, re.M)  # the marker's form: a line of 32 hex digits
