@@ -81,6 +81,9 @@ def course(tmp_path_factory) -> Path:
         "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), SET01 + ".ipynb"),
         "leaker": ({"softmax_rows": LEAKER}, (), SET01 + ".ipynb"),
         "truncated": ({}, (), None),
+        # attend is right but calls the student's own wrong score_matrix: that costs once.
+        "chained": ({"score_matrix": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1)"}, (),
+                    SET01 + ".ipynb"),
         # Cheats: each would get full marks without the sandbox and the hidden tests' guard.
         "reader": ({"softmax_rows": READER.format(places=[str(course), str(ROOT), str(Path.home())])}, (),
                    SET01 + ".ipynb"),
@@ -318,6 +321,10 @@ def printed(course: Path, student: str, grade_id: str) -> str:
     nb = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
     return "".join(o.get("text", "") for o in cell.outputs)
+
+
+def test_a_mistake_in_an_earlier_exercise_costs_only_its_own_points(course):
+    assert scores(course, SET01, "chained") == points(course, SET01) | {"score_matrix": 0.0}
 
 
 def test_a_submission_cannot_read_solutions_hidden_tests_or_the_gradebook(course):

@@ -159,6 +159,24 @@ def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, 
     raise CheckFailed(f"{name}: wrong values. Things to check: {hints}")
 
 
+@contextlib.contextmanager
+def earlier_answers(fn: Callable, **references: Callable) -> Iterator[None]:
+    """While `fn` is checked, the learner's earlier answers it calls are the references.
+
+    An exercise that builds on an earlier one (attend calls score_matrix) is graded on its own:
+    a mistake in the earlier answer costs that exercise's points only, not this one's too.
+    Only names the learner defined are replaced, and they are put back afterwards.
+    """
+    namespace = inspect.unwrap(fn).__globals__
+    saved = {name: namespace[name] for name in references if inspect.isfunction(namespace.get(name))
+             and namespace[name].__globals__ is namespace}
+    namespace.update({name: references[name] for name in saved})
+    try:
+        yield
+    finally:
+        namespace.update(saved)
+
+
 def passed(name: str) -> None:
     print(f"{name}: passed")
 

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
-from . import compare, exercise_check, passed
+from . import earlier_answers, compare, exercise_check, passed
 
 # Tiny inputs the learner can work out by hand.
 LOGITS = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
@@ -43,27 +43,28 @@ def check_score_matrix(score_matrix: Callable) -> None:
 
 @exercise_check
 def check_attend(attend: Callable) -> None:
-    out, weights = attend(Q.clone(), K.clone(), V.clone())
-    ref_out, ref_weights = scaled_dot_product_attention(Q, K, V)
-    unscaled_out, unscaled_weights = scaled_dot_product_attention(Q, K, V, scale=1.0)
-    compare("weights of attend(Q, K, V)", weights, ref_weights, {
-        "did you divide by sqrt(d_k)?": unscaled_weights,
-        "softmax over the wrong axis? Each row of weights must sum to 1": softmax(attention_scores(Q, K), dim=0),
-    })
-    compare("output of attend(Q, K, V)", out, ref_out, {
-        "output should be weights @ V (rows of weights mix rows of V)": ref_weights @ V.flip(0),
-        "did you divide by sqrt(d_k)?": unscaled_out,
-    })
-    out, weights = attend(Q.clone(), K.clone(), V.clone(), MASK)
-    ref_out, ref_weights = scaled_dot_product_attention(Q, K, V, MASK)
-    after_softmax = softmax(attention_scores(Q, K)) * MASK
-    compare("weights of attend(Q, K, V, MASK)", weights, ref_weights, {
-        "mask applied after the softmax? Masked scores must become -inf before it, so the rest renormalize":
-            after_softmax,
-        "mask inverted? True means 'may attend'": softmax(attention_scores(Q, K).masked_fill(MASK, -math.inf)).nan_to_num(0),
-    })
-    compare("output of attend(Q, K, V, MASK) (row 2 has every key masked: expect zeros)", out, ref_out)
-    passed("attend")
+    with earlier_answers(attend, score_matrix=attention_scores, softmax_rows=softmax):  # one mistake costs once
+        out, weights = attend(Q.clone(), K.clone(), V.clone())
+        ref_out, ref_weights = scaled_dot_product_attention(Q, K, V)
+        unscaled_out, unscaled_weights = scaled_dot_product_attention(Q, K, V, scale=1.0)
+        compare("weights of attend(Q, K, V)", weights, ref_weights, {
+            "did you divide by sqrt(d_k)?": unscaled_weights,
+            "softmax over the wrong axis? Each row of weights must sum to 1": softmax(attention_scores(Q, K), dim=0),
+        })
+        compare("output of attend(Q, K, V)", out, ref_out, {
+            "output should be weights @ V (rows of weights mix rows of V)": ref_weights @ V.flip(0),
+            "did you divide by sqrt(d_k)?": unscaled_out,
+        })
+        out, weights = attend(Q.clone(), K.clone(), V.clone(), MASK)
+        ref_out, ref_weights = scaled_dot_product_attention(Q, K, V, MASK)
+        after_softmax = softmax(attention_scores(Q, K)) * MASK
+        compare("weights of attend(Q, K, V, MASK)", weights, ref_weights, {
+            "mask applied after the softmax? Masked scores must become -inf before it, so the rest renormalize":
+                after_softmax,
+            "mask inverted? True means 'may attend'": softmax(attention_scores(Q, K).masked_fill(MASK, -math.inf)).nan_to_num(0),
+        })
+        compare("output of attend(Q, K, V, MASK) (row 2 has every key masked: expect zeros)", out, ref_out)
+        passed("attend")
 
 
 @exercise_check

@@ -10,7 +10,12 @@ from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..masks import causal_mask, combine_masks, padding_mask
-from . import compare, exercise_check, passed
+from . import earlier_answers, compare, exercise_check, passed
+
+
+def reference_masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """What exercise 3's masked_softmax returns: weights (..., T, S); a fully masked row is zeros."""
+    return softmax(scores, mask=mask)
 
 # Tiny inputs the learner can follow by hand.
 SCORES = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [5.0, 1.0, 2.0, 0.0]])  # (T=3, S=4)
@@ -139,24 +144,27 @@ def reference_cross_attend(target: Tensor, source: Tensor, w_q: Tensor, w_k: Ten
 
 @exercise_check
 def check_cross_attend(cross_attend: Callable) -> None:
-    args = (TARGET, SOURCE, W_Q, W_K, W_V, SOURCE_LENGTHS)
-    out, weights = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))
-    ref_out, ref_weights = reference_cross_attend(*args)
-    m, n = TARGET.shape[1], SOURCE.shape[1]
-    _shape_first("weights of cross_attend(...)", weights, ref_weights, {
-        (2, n, m): "queries and keys swapped: queries come from the target, keys and values from the source "
-                   "(weights are (B, m, n))",
-    })
-    no_pad = torch.ones(1, 1, n, dtype=torch.bool)
-    causal = combine_masks(causal_mask(m, n), padding_mask(SOURCE_LENGTHS, n))
-    compare("weights of cross_attend(...) (pair 2: source keys 3 and 4 are padding)", weights, ref_weights, {
-        "no padding mask? The padded source keys must get weight 0": reference_cross_attend(*args, mask=no_pad)[1],
-        "a causal mask in cross-attention? The whole source is known: only its padding is masked":
-            reference_cross_attend(*args, mask=causal)[1],
-        "did you divide by sqrt(d_k)?": reference_cross_attend(*args, scale=1.0)[1],
-    })
-    compare("output of cross_attend(...)", out, ref_out, {
-        "values made with w_k? The output is weights @ (source @ w_v)":
-            ref_weights @ (SOURCE @ W_K),
-    })
-    passed("cross_attend")
+    with earlier_answers(cross_attend, padding=padding_mask, masked_softmax=reference_masked_softmax):  # one mistake costs once
+        args = (TARGET, SOURCE, W_Q, W_K, W_V, SOURCE_LENGTHS)
+        out, weights = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))
+        ref_out, ref_weights = reference_cross_attend(*args)
+        m, n = TARGET.shape[1], SOURCE.shape[1]
+        _shape_first("weights of cross_attend(...)", weights, ref_weights, {
+            (2, n, m): "queries and keys swapped: queries come from the target, keys and values from the source "
+                       "(weights are (B, m, n))",
+        })
+        no_pad = torch.ones(1, 1, n, dtype=torch.bool)
+        causal = combine_masks(causal_mask(m, n), padding_mask(SOURCE_LENGTHS, n))
+        compare("weights of cross_attend(...) (pair 2: source keys 3 and 4 are padding)", weights, ref_weights, {
+            "no padding mask? The padded source keys must get weight 0": reference_cross_attend(*args, mask=no_pad)[1],
+            "a causal mask in cross-attention? The whole source is known: only its padding is masked":
+                reference_cross_attend(*args, mask=causal)[1],
+            "did you divide by sqrt(d_k)?": reference_cross_attend(*args, scale=1.0)[1],
+        })
+        compare("output of cross_attend(...)", out, ref_out, {
+            "values made with w_k? The output is weights @ (source @ w_v)":
+                ref_weights @ (SOURCE @ W_K),
+        })
+        passed("cross_attend")
+
+

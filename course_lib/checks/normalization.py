@@ -8,7 +8,12 @@ import torch
 from torch import Tensor
 
 from ..normalization import batch_norm, batch_statistics, layer_norm, rms_norm
-from . import compare, exercise_check, passed
+from . import earlier_answers, compare, exercise_check, passed
+
+
+def reference_batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
+    """What exercise 1's batch_stats returns: (..., D) -> mean (D,), biased var (D,)."""
+    return batch_statistics(x)[:2]
 
 # A batch of B = 2 sequences, T = 3 positions, D = 2 features, small enough to check by hand:
 # feature 0 holds 1, 2, 3, 5, 6, 7 (mean 4), feature 1 holds 0, 2, 4, 0, 2, 4 (mean 2).
@@ -59,51 +64,53 @@ def check_batch_stats(batch_stats: Callable) -> None:
 
 @exercise_check
 def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
-    def run(training: bool, eps: float = 1e-5) -> Tensor:
-        return batch_norm_forward(X.clone(), GAMMA2.clone(), BETA2.clone(), RUNNING_MEAN.clone(),
-                                  RUNNING_VAR.clone(), training, eps)
+    with earlier_answers(batch_norm_forward, batch_stats=reference_batch_stats):  # one mistake costs once
+        def run(training: bool, eps: float = 1e-5) -> Tensor:
+            return batch_norm_forward(X.clone(), GAMMA2.clone(), BETA2.clone(), RUNNING_MEAN.clone(),
+                                      RUNNING_VAR.clone(), training, eps)
 
-    mean, var, _ = batch_statistics(X)
-    for training in (True, False):
-        for eps in (1e-5, BIG_EPS):
-            mode = "training" if training else "eval"
-            use_mean, use_var = (mean, var) if training else (RUNNING_MEAN, RUNNING_VAR)
-            other_mean, other_var = (RUNNING_MEAN, RUNNING_VAR) if training else (mean, var)
-            expected = batch_norm(X, RUNNING_MEAN.clone(), RUNNING_VAR.clone(), GAMMA2, BETA2, training, 0.0, eps)
-            compare(f"batch_norm_forward(X, ..., training={training}, eps={eps}) [{mode} mode]",
-                    run(training, eps), expected, {
-                        f"in {mode} mode use the {'batch' if training else 'running'} statistics, "
-                        f"not the {'running' if training else 'batch'} ones":
-                            (X - other_mean) / torch.sqrt(other_var + eps) * GAMMA2 + BETA2,
-                        "eps belongs inside the square root: sqrt(var + eps)":
-                            (X - use_mean) / (torch.sqrt(use_var) + eps) * GAMMA2 + BETA2,
-                        "unbiased variance? BatchNorm normalizes with the biased one (divide by n)":
-                            (X - mean) / torch.sqrt(_flat(X).var(0) + eps) * GAMMA2 + BETA2,
-                        "gamma and beta swapped? gamma multiplies, beta is added":
-                            (X - use_mean) / torch.sqrt(use_var + eps) * BETA2 + GAMMA2,
-                    })
-    passed("batch_norm_forward")
+        mean, var, _ = batch_statistics(X)
+        for training in (True, False):
+            for eps in (1e-5, BIG_EPS):
+                mode = "training" if training else "eval"
+                use_mean, use_var = (mean, var) if training else (RUNNING_MEAN, RUNNING_VAR)
+                other_mean, other_var = (RUNNING_MEAN, RUNNING_VAR) if training else (mean, var)
+                expected = batch_norm(X, RUNNING_MEAN.clone(), RUNNING_VAR.clone(), GAMMA2, BETA2, training, 0.0, eps)
+                compare(f"batch_norm_forward(X, ..., training={training}, eps={eps}) [{mode} mode]",
+                        run(training, eps), expected, {
+                            f"in {mode} mode use the {'batch' if training else 'running'} statistics, "
+                            f"not the {'running' if training else 'batch'} ones":
+                                (X - other_mean) / torch.sqrt(other_var + eps) * GAMMA2 + BETA2,
+                            "eps belongs inside the square root: sqrt(var + eps)":
+                                (X - use_mean) / (torch.sqrt(use_var) + eps) * GAMMA2 + BETA2,
+                            "unbiased variance? BatchNorm normalizes with the biased one (divide by n)":
+                                (X - mean) / torch.sqrt(_flat(X).var(0) + eps) * GAMMA2 + BETA2,
+                            "gamma and beta swapped? gamma multiplies, beta is added":
+                                (X - use_mean) / torch.sqrt(use_var + eps) * BETA2 + GAMMA2,
+                        })
+        passed("batch_norm_forward")
 
 
 @exercise_check
 def check_update_running(update_running: Callable) -> None:
-    momentum = 0.25
-    got_mean, got_var = _pair("update_running(...)", update_running(RUNNING_MEAN.clone(), RUNNING_VAR.clone(),
-                                                                   X.clone(), momentum))
-    want_mean, want_var = RUNNING_MEAN.clone(), RUNNING_VAR.clone()
-    batch_norm(X, want_mean, want_var, momentum=momentum)
-    mean, var, n = batch_statistics(X)
-    compare("new running_mean (momentum 0.25)", got_mean, want_mean, {
-        "momentum on the wrong side? new = (1 - momentum) * old + momentum * batch":
-            momentum * RUNNING_MEAN + (1 - momentum) * mean,
-    })
-    compare("new running_var (momentum 0.25, n = 6 tokens)", got_var, want_var, {
-        "the running variance is fed the UNBIASED batch variance, var * n / (n - 1)":
-            (1 - momentum) * RUNNING_VAR + momentum * var,
-        "momentum on the wrong side? new = (1 - momentum) * old + momentum * batch":
-            momentum * RUNNING_VAR + (1 - momentum) * var * n / (n - 1),
-    })
-    passed("update_running")
+    with earlier_answers(update_running, batch_stats=reference_batch_stats):  # one mistake costs once
+        momentum = 0.25
+        got_mean, got_var = _pair("update_running(...)", update_running(RUNNING_MEAN.clone(), RUNNING_VAR.clone(),
+                                                                       X.clone(), momentum))
+        want_mean, want_var = RUNNING_MEAN.clone(), RUNNING_VAR.clone()
+        batch_norm(X, want_mean, want_var, momentum=momentum)
+        mean, var, n = batch_statistics(X)
+        compare("new running_mean (momentum 0.25)", got_mean, want_mean, {
+            "momentum on the wrong side? new = (1 - momentum) * old + momentum * batch":
+                momentum * RUNNING_MEAN + (1 - momentum) * mean,
+        })
+        compare("new running_var (momentum 0.25, n = 6 tokens)", got_var, want_var, {
+            "the running variance is fed the UNBIASED batch variance, var * n / (n - 1)":
+                (1 - momentum) * RUNNING_VAR + momentum * var,
+            "momentum on the wrong side? new = (1 - momentum) * old + momentum * batch":
+                momentum * RUNNING_VAR + (1 - momentum) * var * n / (n - 1),
+        })
+        passed("update_running")
 
 
 @exercise_check

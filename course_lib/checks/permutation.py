@@ -9,7 +9,12 @@ from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..permutation import bias_after_norm, inverse_permutation, self_attention
-from . import compare, exercise_check, passed
+from . import earlier_answers, compare, exercise_check, passed
+
+
+def reference_permute_rows(x: Tensor, perm: Tensor) -> Tensor:
+    """What exercise 1's permute_rows returns: row i of the answer is row perm[i] of x, (..., T, D)."""
+    return x[..., perm, :]
 
 # Tiny inputs the learner can follow by hand. PERM is not its own inverse, so using the
 # inverse by mistake shows up.
@@ -77,25 +82,26 @@ def _gap(f: Callable, x: Tensor, perm: Tensor, kind: str) -> float:
 
 @exercise_check
 def check_equivariance_gap(equivariance_gap: Callable) -> None:
-    functions = (sums_with_all, running_sum, minus_last_row)
-    got = []
-    for f in functions:
-        gap = _call(f"equivariance_gap({f.__name__}, X, PERM)", equivariance_gap, f, X.clone(), PERM.clone())
-        if not isinstance(gap, (float, int, Tensor)) or (isinstance(gap, Tensor) and gap.numel() != 1):
-            raise AssertionError(f"equivariance_gap must return one number, got {type(gap).__name__}")
-        got.append(float(gap))
+    with earlier_answers(equivariance_gap, permute_rows=reference_permute_rows):  # one mistake costs once
+        functions = (sums_with_all, running_sum, minus_last_row)
+        got = []
+        for f in functions:
+            gap = _call(f"equivariance_gap({f.__name__}, X, PERM)", equivariance_gap, f, X.clone(), PERM.clone())
+            if not isinstance(gap, (float, int, Tensor)) or (isinstance(gap, Tensor) and gap.numel() != 1):
+                raise AssertionError(f"equivariance_gap must return one number, got {type(gap).__name__}")
+            got.append(float(gap))
 
-    def gaps(kind: str) -> Tensor:
-        return torch.tensor([_gap(f, X, PERM, kind) for f in functions])
+        def gaps(kind: str) -> Tensor:
+            return torch.tensor([_gap(f, X, PERM, kind) for f in functions])
 
-    compare("[equivariance_gap(f, X, PERM) for f in (sums_with_all, running_sum, minus_last_row)]\n"
-            "  (the first f is equivariant, the other two are not)", torch.tensor(got), gaps(""), {
-                "you compared f(permuted x) with f(x) itself; compare with permute(f(x))": gaps("invariance"),
-                "you permuted f(x) with the inverse permutation": gaps("inverse"),
-                "you took the mean of the differences; the gap is the largest one": gaps("mean"),
-                "you forgot the absolute value": gaps("signed"),
-            })
-    passed("equivariance_gap")
+        compare("[equivariance_gap(f, X, PERM) for f in (sums_with_all, running_sum, minus_last_row)]\n"
+                "  (the first f is equivariant, the other two are not)", torch.tensor(got), gaps(""), {
+                    "you compared f(permuted x) with f(x) itself; compare with permute(f(x))": gaps("invariance"),
+                    "you permuted f(x) with the inverse permutation": gaps("inverse"),
+                    "you took the mean of the differences; the gap is the largest one": gaps("mean"),
+                    "you forgot the absolute value": gaps("signed"),
+                })
+        passed("equivariance_gap")
 
 
 @exercise_check
