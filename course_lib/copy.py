@@ -46,7 +46,8 @@ def _overlap(a: range, b: range) -> bool:
 
 
 def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slice,
-                       write: slice | None = None, gap: float = 20.0, bias: bool = False) -> Attention:
+                       write: slice | None = None, gap: float = 20.0, bias: bool = False,
+                       dtype: torch.dtype = torch.float32) -> Attention:
     """A hand-set head whose query at position i attends to position i + offset and copies its token.
 
     x: (..., T, D) laid out as the module docstring says: x[..., tokens] the token code (width W),
@@ -58,8 +59,9 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     default: the token slice itself), zero elsewhere: (..., T, D).
     offset > 0 reads ahead (use without a causal mask); offset < 0 reads back (causal is fine).
     Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen (requires_grad
-    False), float32: call .double() for float64. Its weights copy into a TinyModel layer with
-    `model.layers[k].attention.load_state_dict(head.state_dict())` (pass bias=True there).
+    False), in `dtype` (weights set in that dtype: float64 scores are gap to 1e-15). Its weights
+    copy into a TinyModel layer with `model.layers[k].attention.load_state_dict(head.state_dict())`
+    (pass bias=True there).
     """
     require_count("d_model", d_model)
     if isinstance(offset, bool) or not isinstance(offset, int):
@@ -78,7 +80,7 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     if offset == 0 or abs(offset) >= len(position_range):
         raise ValueError(f"offset={offset} must be nonzero and shorter than the {len(position_range)} "
                          "positions (0 would copy the query's own token)")
-    head = _zero_head(d_model, bias)
+    head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
         # rows are outputs, columns inputs (nn.Linear): q = W x, so W[a, b] sends x_b into q_a.
         sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
@@ -95,7 +97,7 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
 
 
 def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: slice, write: slice,
-                      gap: float = 20.0, bias: bool = False) -> Attention:
+                      gap: float = 20.0, bias: bool = False, dtype: torch.dtype = torch.float32) -> Attention:
     """A hand-set head that attends by content: query i scores key j by gap * x_i[match_from] . x_j[match_to].
 
     x: (..., T, D). The query reads the coordinates `match_from` of its own row, the key reads
@@ -103,7 +105,7 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
     is x_j[tokens], written into the coordinates `write` (same width) of the output (..., T, D).
     Induction head, second layer: match_from = the token, match_to = "the token before me"
     (written by a previous-token head), tokens = the token: it copies what followed last time.
-    Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen, float32.
+    Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen, in `dtype`.
     """
     require_count("d_model", d_model)
     ranges = {name: _require_slice(name, part, d_model) for name, part in
@@ -113,7 +115,7 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
         if len(ranges[a]) != len(ranges[b]):
             raise ValueError(f"{a} and {b} must be equally wide, got {len(ranges[a])} and {len(ranges[b])} "
                              "coordinates")
-    head = _zero_head(d_model, bias)
+    head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
         sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
         for a, b in zip(ranges["match_to"], ranges["match_from"]):
@@ -127,8 +129,10 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
     return head.requires_grad_(False)
 
 
-def _zero_head(d_model: int, bias: bool) -> Attention:
-    head = Attention(d_model, bias=bias)
+def _zero_head(d_model: int, bias: bool, dtype: torch.dtype) -> Attention:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    head = Attention(d_model, bias=bias).to(dtype)
     with torch.no_grad():
         for p in head.parameters():
             p.zero_()
@@ -196,7 +200,7 @@ def _set_model(model: TinyModel, codes: Tensor, position_start: int, read_start:
         if hasattr(model.positions, "table"):
             model.positions.table.weight[:, position_start:position_start + P] = torch.eye(P)
         for layer, head in zip(model.layers, heads):
-            layer.attention.load_state_dict(head.double().state_dict())
+            layer.attention.load_state_dict(head.state_dict())
         model.readout.weight[:, read_start:read_start + W] = codes  # logit of v = code_v . what was copied
     return model.requires_grad_(False)
 
@@ -212,10 +216,11 @@ def hand_set_copy_model(codes: Tensor, max_len: int, offset: int = 1, gap: float
     require_float("codes", codes, 2, 2)
     V, W = codes.shape
     require_count("max_len", max_len, minimum=2)
-    D = W + max_len
+    D = W + max_len  # the hand-set solution needs a coordinate per position beside the code
     config = TinyConfig(vocab_size=V, max_len=max_len, d_model=D, causal=offset < 0,
                         positions="learned" if positions else "none", residual=False)
-    head = position_copy_head(D, offset, tokens=slice(0, W), positions=slice(W, D), gap=gap, bias=True)
+    head = position_copy_head(D, offset, tokens=slice(0, W), positions=slice(W, D), gap=gap, bias=True,
+                              dtype=torch.float64)
     return _set_model(TinyModel(config), codes, W, 0, [head])
 
 
@@ -234,8 +239,8 @@ def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> 
     token, position = slice(0, W), slice(W, W + P)
     previous, copied = slice(W + P, 2 * W + P), slice(2 * W + P, D)
     config = TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=True, n_layers=2)
-    heads = [position_copy_head(D, -1, token, position, write=previous, gap=gap, bias=True),
-             content_copy_head(D, token, previous, token, copied, gap=gap, bias=True)]
+    heads = [position_copy_head(D, -1, token, position, write=previous, gap=gap, bias=True, dtype=torch.float64),
+             content_copy_head(D, token, previous, token, copied, gap=gap, bias=True, dtype=torch.float64)]
     return _set_model(TinyModel(config), codes, W, 2 * W + P, heads)
 
 
@@ -365,21 +370,22 @@ def ov_copy_scores(ov: Tensor) -> tuple[float, float]:
 # ---------------------------------------------------------------- training
 
 def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, offset: int = 1,
-                     steps: int = 200, lr: float = 0.03, seed: int = 0) -> tuple[TinyModel, list[float]]:
+                     steps: int = 200, lr: float = 0.03, seed: int = 0, batch: int = 64
+                     ) -> tuple[TinyModel, list[float]]:
     """A one-layer TinyModel (learned positions, float64) trained from scratch to copy the token at i + offset."""
     model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, causal=offset < 0,
                                  seed=seed)).to(torch.float64)
-    losses = train_tiny_model(model, copy_batch(64, length, vocab_size, offset), steps, lr, seed)
+    losses = train_tiny_model(model, copy_batch(batch, length, vocab_size, offset), steps, lr, seed)
     return model, losses
 
 
-def train_induction_model(vocab_size: int = 16, length: int = 16, d_model: int = 32, steps: int = 200,
-                          lr: float = 0.01, seed: int = 0, periods: tuple[int, ...] = (3, 4, 5, 6, 7)
-                          ) -> tuple[TinyModel, list[float]]:
+def train_induction_model(vocab_size: int = 16, length: int = 16, d_model: int = 32, steps: int = 250,
+                          lr: float = 0.01, seed: int = 0, periods: tuple[int, ...] = (3, 4, 5, 6, 7),
+                          batch: int = 32) -> tuple[TinyModel, list[float]]:
     """A two-layer attention-only causal TinyModel (float64) trained from scratch on induction_batch."""
     model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_layers=2, d_ff=0,
                                  seed=seed)).to(torch.float64)
-    losses = train_tiny_model(model, induction_batch(64, length, vocab_size, periods), steps, lr, seed)
+    losses = train_tiny_model(model, induction_batch(batch, length, vocab_size, periods), steps, lr, seed)
     return model, losses
 
 
@@ -422,25 +428,33 @@ def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 300, lr: float
     tokens: (n, d), the vocabulary; context: (m, d), rows that sit before the copied token (the
     seed's f1, f2; m may be 0). The output for token x is y(x) = sum_j (a . x_j) M x_j over the
     rows [context..., x] (the seed's equation 7); the loss is mean_x |y(x) - x|^2. y is linear
-    in M, so for each a the best M is solved exactly (lstsq); a is trained by Adam from the
-    scores that are as constant as possible (a with a . x = 1 in the least-squares sense).
+    in M, so for each a the best M is solved exactly (pseudo-inverse); a is trained by Adam from the
+    scores that are as constant as possible (a with a . x = 1 in the least-squares sense), and
+    the best a met on the way is kept. A local search: its error bounds the best one from above.
     """
     _require_copy_problem(tokens, context)
     keys = _keys(tokens, context)  # (n, m + 1, d)
-    start = torch.linalg.lstsq(tokens, torch.ones(len(tokens), 1, dtype=tokens.dtype)).solution[:, 0]
+    # pinv, not lstsq: torch's lstsq gave wrong answers at random for wide (n < d) systems here
+    start = torch.linalg.pinv(tokens) @ torch.ones(len(tokens), dtype=tokens.dtype)  # (d,)
     query = start.clone().requires_grad_(True)  # (d,)
 
     def best_value() -> tuple[Tensor, Tensor]:
         mixed = linear_attention(query.expand(len(tokens), 1, -1), keys, keys)[:, 0]  # (n, d): sum_j s_j x_j
-        value_t = torch.linalg.lstsq(mixed, tokens).solution  # (d, d): y = mixed @ M^T
+        value_t = torch.linalg.pinv(mixed) @ tokens  # (d, d): least squares, y = mixed @ M^T
         return mixed, value_t
+
+    best = [math.inf, start]  # Adam blows rounding-noise gradients up to full steps: keep the best a seen
 
     def loss_of_step(_: int) -> Tensor:
         mixed, value_t = best_value()
-        return ((mixed @ value_t - tokens) ** 2).sum(-1).mean()
+        loss = ((mixed @ value_t - tokens) ** 2).sum(-1).mean()
+        if loss.item() < best[0]:
+            best[:] = [loss.item(), query.detach().clone()]
+        return loss
 
     train(loss_of_step, [query], steps, lr)
     with torch.no_grad():
+        query.copy_(best[1])
         mixed, value_t = best_value()
         error = float(((mixed @ value_t - tokens) ** 2).sum(-1).mean())
     return LinearCopyFit(error, query.detach(), value_t.T.contiguous())
