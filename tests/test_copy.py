@@ -16,6 +16,9 @@ from course_lib.copy import (BOS, coherence, content_copy_head, copy_accuracy, c
                              ov_circuit, ov_copy_scores, position_copy_head, softmax_copy_error, source_weight,
                              token_codes, train_copy_model, train_induction_model, weight_on_source)
 from course_lib.masks import IGNORE, causal_mask
+from exercise_harness import outcome
+
+SET = "06_copy"
 
 
 def one_hot_rows(ids, V, P):
@@ -285,4 +288,68 @@ def test_trained_induction_model_beats_99_percent_on_varied_periods():
     assert copy_accuracy(model, ids, targets) > 0.99
 
 
-MUTANTS: dict[str, dict[str, str]] = {}
+# ---------------------------------------------------------------- exercise set 06: known-wrong answers
+
+MUTANTS = {
+    "position_query_weights": {
+        "transposed": "def position_query_weights(max_len, offset, gap):\n"
+                      "    w = torch.zeros(max_len, max_len, dtype=torch.float64)\n"
+                      "    for p in range(max_len):\n        if 0 <= p + offset < max_len:\n"
+                      "            w[p + offset, p] = gap\n    return w",
+        "wraps around": "def position_query_weights(max_len, offset, gap):\n"
+                        "    return gap * torch.eye(max_len, dtype=torch.float64).roll(offset, 1)",
+        "forgot the gap": "def position_query_weights(max_len, offset, gap):\n"
+                          "    w = torch.zeros(max_len, max_len, dtype=torch.float64)\n"
+                          "    for p in range(max_len):\n        if 0 <= p + offset < max_len:\n"
+                          "            w[p, p + offset] = 1.0\n    return w",
+        "calls the course's position_copy_head": "from course_lib.copy import position_copy_head as h\n"
+                                                 "def position_query_weights(max_len, offset, gap):\n"
+                                                 "    q = h(max_len + 1, offset, slice(0, 1), slice(1, max_len + 1), gap=gap,\n"
+                                                 "          dtype=torch.float64).query.weight[1:, 1:].T\n"
+                                                 "    return q / math.sqrt(max_len + 1)",
+    },
+    "min_gap": {
+        "ln(S) instead of ln(S - 1)": "def min_gap(n_keys, coherence):\n"
+                                      "    return math.log(n_keys) + math.log((1 + coherence) / (1 - coherence))",
+        "overlap term inverted": "def min_gap(n_keys, coherence):\n"
+                                 "    return math.log(n_keys - 1) + math.log((1 - coherence) / (1 + coherence))",
+        "no overlap term": "def min_gap(n_keys, coherence):\n    return math.log(n_keys - 1)",
+        "calls the course's gap_needed": "from course_lib import copy as c\n"
+                                         "def min_gap(n_keys, coherence):\n    return c.gap_needed(n_keys, coherence)",
+    },
+    "ov_lookup_accuracy": {
+        "largest entry of each column": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                                        "    ov = w_e @ w_v @ w_o @ w_u\n"
+                                        "    return float((ov.argmax(0) == torch.arange(len(ov))).double().mean())",
+        "W_V transposed": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                          "    ov = w_e @ w_v.T @ w_o @ w_u\n"
+                          "    return float((ov.argmax(-1) == torch.arange(len(ov))).double().mean())",
+        "W_O left out": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                        "    ov = w_e @ w_v @ w_u\n"
+                        "    return float((ov.argmax(-1) == torch.arange(len(ov))).double().mean())",
+        "calls the course's ov_copy_scores": "from course_lib.copy import ov_copy_scores\n"
+                                             "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                                             "    return ov_copy_scores(w_e @ w_v @ w_o @ w_u)[0]",
+    },
+    "induction_targets": {
+        "first occurrence": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                            "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1]):\n"
+                            "            for j in range(i):\n                if ids[b, j] == ids[b, i]:\n"
+                            "                    t[b, i] = ids[b, j + 1]\n                    break\n    return t",
+        "the token found, not the next": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                                         "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1]):\n"
+                                         "            for j in range(i - 1, -1, -1):\n"
+                                         "                if ids[b, j] == ids[b, i]:\n"
+                                         "                    t[b, i] = ids[b, j]\n                    break\n    return t",
+        "matches itself": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                          "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1] - 1):\n"
+                          "            t[b, i] = ids[b, i + 1]\n    return t",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls") and m not in ("W_O left out", "matches itself")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
