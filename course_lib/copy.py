@@ -379,8 +379,8 @@ def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, o
     return model, losses
 
 
-def train_induction_model(vocab_size: int = 16, length: int = 16, d_model: int = 32, steps: int = 200,
-                          lr: float = 0.005, seed: int = 0, periods: tuple[int, ...] = (3, 4, 5, 6, 7),
+def train_induction_model(vocab_size: int = 16, length: int = 16, d_model: int = 32, steps: int = 150,
+                          lr: float = 0.007, seed: int = 0, periods: tuple[int, ...] = (3, 4, 5, 6, 7),
                           batch: int = 64) -> tuple[TinyModel, list[float]]:
     """A two-layer attention-only causal TinyModel (float64) trained from scratch on induction_batch."""
     model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_layers=2, d_ff=0,

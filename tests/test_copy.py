@@ -348,6 +348,31 @@ MUTANTS = {
 }
 
 
+# ---------------------------------------------------------------- widget
+
+def test_gap_widget_renders_every_setting_and_reads_the_formula():
+    from course_lib.widgets.copy import GAPS, LENGTH, WIDTHS, gap_widget
+
+    view = gap_widget()
+    for width in WIDTHS:
+        view.controls["width"].value = width
+        for positions in (False, True):
+            view.controls["positions"].value = positions
+            for gap in (GAPS[0], 1.5, GAPS[-1]):
+                view.controls["gap"].value = gap
+                for query in (0, LENGTH - 2):
+                    view.controls["query"].value = query
+    assert not view.errors.outputs
+    assert "<svg" in view.view.value
+    # one-hot codes, positions on, gap 12: the weight shown is e^g / (e^g + 7) and the copy is exact
+    view.controls["width"].value = 16
+    assert f"{source_weight(12.0, LENGTH):.3f}" in view.view.value.split("weight <b>")[1][:12]
+    assert "100.0%" in view.view.value
+    view.controls["positions"].value = False
+    assert f"<b>{1 / LENGTH:.3f}</b>" in view.view.value  # no positions: uniform weights
+    assert max(view.timings_ms) < 100
+
+
 @pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
                                              if not m.startswith("calls") and m not in ("W_O left out", "matches itself")])
 def test_visible_check_names_a_likely_bug(exercise, mutant):

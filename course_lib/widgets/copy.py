@@ -20,7 +20,7 @@ N_SHOWN = 8  # sequences the learner can pick
 def gap_widget(seed: int = 0) -> LiveView:
     """Score gap, code width, positions on/off, a sequence and a query.
 
-    Everything is computed at build time with the hand-set model (lesson_lib.copy), one model per
+    Everything is computed at build time with the hand-set model (course_lib.copy), one model per
     setting; a redraw only formats the stored accuracy, weights and predictions.
     """
     test_ids, test_targets = every_token_everywhere(VOCAB, LENGTH, OFFSET, seed=seed)  # every token, every source
@@ -30,12 +30,15 @@ def gap_widget(seed: int = 0) -> LiveView:
         codes = token_codes(VOCAB, width, seed=seed)
         bound[width] = gap_needed(LENGTH, coherence(codes))
         for positions in (True, False):
-            for gap in GAPS:
+            for gap in GAPS if positions else GAPS[:1]:  # no positions: every score is 0, whatever the gap
                 model = hand_set_copy_model(codes, LENGTH, OFFSET, gap=gap, positions=positions)
                 accuracy[width, positions, gap] = copy_accuracy(model, test_ids, test_targets)
                 with torch.no_grad():
                     predicted[width, positions, gap] = model(shown).argmax(-1).numpy()  # (N_SHOWN, T)
                 rows[width, positions, gap] = model.last_weights.numpy()  # (N_SHOWN, T, T)
+            for gap in GAPS[1:] if not positions else ():
+                for table in (accuracy, predicted, rows):
+                    table[width, False, gap] = table[width, False, GAPS[0]]
     curves = {(w, p): np.array([accuracy[w, p, g] for g in GAPS]) for w in WIDTHS for p in (True, False)}
     shown = shown.numpy()
 
