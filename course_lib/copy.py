@@ -251,6 +251,7 @@ def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) 
     require_count("n_sequences", n_sequences)
     require_count("length", length, minimum=2)
     require_count("vocab_size", vocab_size, minimum=2)
+    _require_offset(offset, length)
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
@@ -259,12 +260,18 @@ def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) 
     return make_batch
 
 
+def _require_offset(offset: object, length: int) -> int:
+    """A source offset: a nonzero int with |offset| < length."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset == 0 or abs(offset) >= length:
+        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={length}), got {offset!r}")
+    return offset
+
+
 def copy_targets(ids: Tensor, offset: int) -> Tensor:
     """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside the sequence. (B, T)."""
     require_integer("ids", ids, 2, 2)
     T = ids.shape[-1]
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset == 0 or abs(offset) >= T:
-        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={T}), got {offset!r}")
+    _require_offset(offset, T)
     targets = ids.roll(-offset, dims=-1)  # (B, T): position i gets the token at i + offset
     if offset > 0:
         targets[:, T - offset:] = IGNORE
@@ -280,6 +287,7 @@ def every_token_everywhere(vocab_size: int, length: int, offset: int, seed: int 
     """
     require_count("vocab_size", vocab_size, minimum=2)
     require_count("length", length, minimum=2)
+    _require_offset(offset, length)
     gen = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
     ids = torch.randint(vocab_size, (vocab_size * length, length), generator=gen)  # (V*T, T)
     source = torch.arange(length).repeat(vocab_size)  # (V*T,)
@@ -338,6 +346,7 @@ def copy_accuracy(model: TinyModel, ids: Tensor, targets: Tensor) -> float:
 def weight_on_source(weights: Tensor, offset: int) -> Tensor:
     """Attention weight of query i on key i + offset, averaged over the batch: weights (B, T, T) -> (T - |offset|,)."""
     require_float("weights", weights, 3, 3)
+    _require_offset(offset, weights.shape[-1])
     return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(0)
 
 

@@ -205,6 +205,18 @@ def test_copy_targets_and_every_token_everywhere():
     assert pairs == {(v, s) for v in range(5) for s in range(3)}
     with pytest.raises(ValueError, match="offset"):
         copy_targets(ids, 0)
+    with pytest.raises(ValueError, match="offset"):
+        copy_batch(3, 5, 7, 5)
+    with pytest.raises(ValueError, match="offset"):
+        every_token_everywhere(5, 4, -4)
+    with pytest.raises(ValueError, match="offset"):
+        weight_on_source(torch.ones(2, 4, 4), 4)
+    with pytest.raises(TypeError, match="codes"):
+        hand_set_copy_model(torch.eye(4, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="gap"):
+        hand_set_induction_model(token_codes(4, 4), 8, gap=-1.0)
+    with pytest.raises(ValueError, match="tokens"):
+        linear_copy_fit(torch.ones(3, 2, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
     batch = copy_batch(3, 5, 7, 1)(torch.Generator().manual_seed(0))
     assert torch.equal(batch[1], copy_targets(batch[0], 1))
 
