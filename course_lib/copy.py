@@ -229,7 +229,9 @@ def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> 
 
     Residual row: [token (W) | one-hot position (P) | previous token (W) | copied token (W)].
     Layer 1, a previous-token head, writes the token at i - 1 into "previous token"; layer 2
-    matches its token against every key's "previous token" and copies that key's token.
+    matches its token against every key's "previous token" and copies that key's token (every
+    earlier match shares the weight). Position 0 has no previous token and records its own: the
+    data start with BOS, which never comes back, so nothing matches it.
     """
     require_float("codes", codes, 2, 2)
     V, W = codes.shape
