@@ -433,7 +433,7 @@ def _require_copy_problem(tokens: Tensor, context: Tensor) -> None:
                          f"tokens {tuple(tokens.shape)} {tokens.dtype}")
 
 
-def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 300, lr: float = 0.05) -> LinearCopyFit:
+def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float = 0.1) -> LinearCopyFit:
     """Fit, by least squares, a query and a value map so that linear attention copies every token.
 
     tokens: (n, d), the vocabulary; context: (m, d), rows that sit before the copied token (the
