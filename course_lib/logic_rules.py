@@ -30,7 +30,7 @@ from .masks import IGNORE, TinyConfig, TinyModel, train_tiny_model
 # ---------------------------------------------------------------- the relation world
 
 PEOPLE = ["John", "Pete", "Mary", "Anna", "Paul", "Lucy", "Mark", "Emma", "Tom", "Rose", "Jack", "Kate",
-          "Luke", "Ruth", "Adam", "Eve", "Noah", "Ida", "Carl", "Nina", "Hugo", "Vera", "Otto", "Zoe"]
+          "Ruth", "Hugo", "Otto", "Zoe"]
 # X's r1's r2 is X's r: (r1, r2) -> r. Read "father sister" as "X's father's sister".
 KINSHIP_RULES = {
     ("father", "father"): "grandfather", ("mother", "father"): "grandfather",
@@ -211,13 +211,16 @@ def composition_readout(rules: Rules = RULES, alpha: float = 0.5) -> Tensor:
     return unembed
 
 
-def handset_model(rules: Rules = RULES, gap: float = 20.0) -> TinyModel:
+def handset_model(rules: Rules = RULES, gap: float = 20.0, dtype: torch.dtype = torch.float32) -> TinyModel:
     """A two-layer TinyModel (no MLP) with every weight set by hand, no training.
 
     Layer 1: composition_head; layer 2: lesson 06's position_copy_head (query i copies the
     token at i + 1 into `copied`); one-hot token and position embeddings; read-out
-    composition_readout(rules). ids (B, 4) -> logits (B, 4, V), float64.
+    composition_readout(rules). ids (B, 4) -> logits (B, 4, V) in `dtype` (float32: every
+    weight is 0, 1, a small integer or 1/alpha, so float32 gives the same answers, twice as fast).
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     layout = handset_layout()
     D = layout["copied"].stop
     model = TinyModel(TinyConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=D, causal=False,
@@ -231,18 +234,18 @@ def handset_model(rules: Rules = RULES, gap: float = 20.0) -> TinyModel:
         model.layers[1].attention.load_state_dict(copy.state_dict())
         model.readout.weight.copy_(composition_readout(rules))
         model.readout.bias.zero_()
-    return model.double().requires_grad_(False)
+    return model.to(dtype).requires_grad_(False)
 
 
 # ---------------------------------------------------------------- trained models
 
 # Held out of training: five compositions (each output is still seen from its twin rule) and
-# six people (never in a training sentence).
+# four people (never in a training sentence).
 HELD_OUT_RULES = [("mother", "brother"), ("daughter", "daughter"), ("husband", "mother"),
                   ("sister", "daughter"), ("mother", "father")]
 TRAIN_RULES = {pair: out for pair, out in RULES.items() if pair not in HELD_OUT_RULES}
 HELD_RULES = {pair: RULES[pair] for pair in HELD_OUT_RULES}
-TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:18], PEOPLE[18:]
+TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:12], PEOPLE[12:]
 
 
 def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_PEOPLE,
