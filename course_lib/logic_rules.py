@@ -237,6 +237,41 @@ def handset_model(rules: Rules = RULES, gap: float = 20.0, dtype: torch.dtype = 
     return model.to(dtype).requires_grad_(False)
 
 
+
+def friend_enemy_model(gap: float = 10.0) -> TinyModel:
+    """A one-layer attention-only TinyModel, set by hand, that fits the friend/enemy XOR.
+
+    The weights of the query at r1 depend on the tokens: friend attends to r2; enemy attends
+    to r2 when r2 is enemy and to itself when r2 is friend (scores 3 gap vs 2 gap vs gap). The
+    value writes a vote (+1 friend, -1 enemy, -3 more from position 1) into the last coordinate;
+    the read-out gives friend - enemy = vote + 2 [query is enemy], so the sign is the table's.
+    Only the relation slot (position 1) is meaningful. Layout: tokens (V), positions (4), vote (1).
+    ids (B, 4) -> logits (B, 4, V), float64.
+    """
+    gap = require_number("gap", gap, positive=True)
+    V, P = len(VOCAB), SENTENCE_LENGTH
+    D = V + P + 1
+    vote, friend, enemy = D - 1, TOKEN["friend"], TOKEN["enemy"]
+    model = TinyModel(TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=False, n_layers=1, d_ff=0))
+    head = model.attention
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.tokens.weight[:, :V] = torch.eye(V)
+        model.positions.table.weight[:, V:V + P] = torch.eye(P)
+        sharp = gap * math.sqrt(D)  # the layer divides by sqrt(d_k) = sqrt(D)
+        # key feature 0: "I am at position 2"; key feature 1: "I am enemy"
+        head.key.weight[0, V + 2] = head.key.weight[1, enemy] = 1.0
+        head.query.weight[0, friend] = head.query.weight[0, enemy] = sharp  # both ask for position 2
+        head.query.weight[1, enemy] = 2 * sharp  # enemy also asks for enemy, twice as hard
+        head.value.weight[0, friend], head.value.weight[0, enemy] = 1.0, -1.0
+        head.value.weight[0, V + 1] = -3.0  # attending to position 1 (itself) votes -3 more
+        head.out.weight[vote, 0] = 1.0
+        model.readout.weight[friend, vote], model.readout.weight[enemy, vote] = 0.5, -0.5
+        model.readout.weight[friend, enemy], model.readout.weight[enemy, enemy] = 1.0, -1.0
+        model.readout.bias[[friend, enemy]] = 10.0  # above every other token
+    return model.double().requires_grad_(False)
+
 # ---------------------------------------------------------------- trained models
 
 # Held out of training: five compositions (each output is still seen from its twin rule) and
