@@ -283,3 +283,77 @@ def test_widget_redraws_fast_and_keeps_the_layer_in_range():
     assert controls["layer"].max == 2
     assert "aunt" in view.first_view and not view.errors.outputs
     assert max(view.timings_ms) < 50
+
+
+# ---------------------------------------------------------------- exercise set 07: known-wrong answers
+
+SET = "07_logic_rules"
+
+_UNEMBED = ("def composition_unembedding(rules, relations, alpha):\n"
+            "    n = len(relations)\n    u = torch.zeros(n, 2 * n, dtype=torch.float64)\n"
+            "    for (a, b), c in rules.items():\n        r = relations.index(c)\n"
+            "        u[r, relations.index(a)] = 1.0\n"
+            "        u[r, n + relations.index(b)] = {mix}\n"
+            "{correction}"
+            "    return u")
+
+MUTANTS = {
+    "compose_targets": {
+        "relations looked up in the wrong order": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                                                  "    t[:, 1] = lookup[ids[:, 2], ids[:, 1]]\n"
+                                                  "    t[:, 2] = ids[:, 3]\n    t[:, 3] = -100\n    return t",
+        "Y not moved": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                       "    t[:, 1] = lookup[ids[:, 1], ids[:, 2]]\n    return t",
+        "no IGNORE at position 3": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                                   "    t[:, 1] = lookup[ids[:, 1], ids[:, 2]]\n    t[:, 2] = ids[:, 3]\n    return t",
+    },
+    "composition_unembedding": {
+        "multiplies by alpha": _UNEMBED.format(mix="alpha", correction="        u[r, relations.index(b)] -= 1.0\n"),
+        "no correction for alpha e(r1)": _UNEMBED.format(mix="1.0 / alpha", correction=""),
+        "assigns where it must add": _UNEMBED.format(mix="1.0 / alpha",
+                                                     correction="        u[r, relations.index(b)] = -1.0\n"),
+        "first and second relations swapped": "def composition_unembedding(rules, relations, alpha):\n"
+                                              "    n = len(relations)\n    u = torch.zeros(n, 2 * n, dtype=torch.float64)\n"
+                                              "    for c in set(rules.values()):\n        r = relations.index(c)\n"
+                                              "        for b in {b for (a, b), o in rules.items() if o == c}:\n"
+                                              "            u[r, relations.index(b)] += 1.0\n"
+                                              "        for a in {a for (a, b), o in rules.items() if o == c}:\n"
+                                              "            u[r, n + relations.index(a)] += 1.0 / alpha\n"
+                                              "            u[r, relations.index(a)] -= 1.0\n    return u",
+    },
+    "xor_squares": {
+        "every square counted four times": "def xor_squares(table):\n    n, m = table.shape\n    count = 0\n"
+                                           "    for i, k in itertools.permutations(range(n), 2):\n"
+                                           "        for j, l in itertools.permutations(range(m), 2):\n"
+                                           "            c, d = int(table[i, j]), int(table[i, l])\n"
+                                           "            count += c != d and int(table[k, l]) == c and int(table[k, j]) == d\n"
+                                           "    return int(count)",
+        "off-diagonal cells not compared": "def xor_squares(table):\n    n, m = table.shape\n    count = 0\n"
+                                           "    for i, k in itertools.combinations(range(n), 2):\n"
+                                           "        for j, l in itertools.combinations(range(m), 2):\n"
+                                           "            c = int(table[i, j])\n"
+                                           "            count += (int(table[k, l]) == c and int(table[i, l]) != c\n"
+                                           "                      and int(table[k, j]) != c)\n"
+                                           "    return int(count)",
+    },
+    "power_law_fit": {
+        "fits y against x": "def power_law_fit(x, y):\n    design = torch.stack([torch.ones_like(x), x], 1)\n"
+                            "    c, p = torch.linalg.lstsq(design, y[:, None]).solution[:, 0].tolist()\n    return c, p",
+        "returns (p, a)": "def power_law_fit(x, y):\n    u, w = x.log(), y.log()\n"
+                          "    design = torch.stack([torch.ones_like(u), u], 1)\n"
+                          "    c, p = torch.linalg.lstsq(design, w[:, None]).solution[:, 0].tolist()\n"
+                          "    return p, math.exp(c)",
+        "slope through the end points": "def power_law_fit(x, y):\n"
+                                        "    p = math.log(float(y[-1] / y[0])) / math.log(float(x[-1] / x[0]))\n"
+                                        "    return float(y[0] / x[0] ** p), p",
+        "calls the course reference": "from course_lib.logic_rules import fit_power_law\n"
+                                      "def power_law_fit(x, y):\n    return fit_power_law(x, y)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
