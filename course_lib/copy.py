@@ -14,12 +14,18 @@ Shapes use the course's names (course_lib/__init__.py): B, T, S, D, d_k, d_v, V.
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
-from .attention_scores import Attention
-from .guards import require_count, require_number
+from .attention_scores import Attention, attention_scores, scaled_dot_product_attention
+from .guards import require_count, require_float, require_integer, require_number
+from .masks import IGNORE, TinyConfig, TinyModel, train_tiny_model
+from .training import train
+
+Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
+BOS = 0  # the induction data's first token: it never appears again, so nothing copies it
 
 
 def _require_slice(name: str, part: object, d_model: int) -> range:
@@ -40,7 +46,8 @@ def _overlap(a: range, b: range) -> bool:
 
 
 def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slice,
-                       write: slice | None = None, gap: float = 20.0, bias: bool = False) -> Attention:
+                       write: slice | None = None, gap: float = 20.0, bias: bool = False,
+                       dtype: torch.dtype = torch.float32) -> Attention:
     """A hand-set head whose query at position i attends to position i + offset and copies its token.
 
     x: (..., T, D) laid out as the module docstring says: x[..., tokens] the token code (width W),
@@ -52,8 +59,9 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     default: the token slice itself), zero elsewhere: (..., T, D).
     offset > 0 reads ahead (use without a causal mask); offset < 0 reads back (causal is fine).
     Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen (requires_grad
-    False), float32: call .double() for float64. Its weights copy into a TinyModel layer with
-    `model.layers[k].attention.load_state_dict(head.state_dict())` (pass bias=True there).
+    False), in `dtype` (weights set in that dtype: float64 scores are gap to 1e-15). Its weights
+    copy into a TinyModel layer with `model.layers[k].attention.load_state_dict(head.state_dict())`
+    (pass bias=True there).
     """
     require_count("d_model", d_model)
     if isinstance(offset, bool) or not isinstance(offset, int):
@@ -72,12 +80,8 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     if offset == 0 or abs(offset) >= len(position_range):
         raise ValueError(f"offset={offset} must be nonzero and shorter than the {len(position_range)} "
                          "positions (0 would copy the query's own token)")
-    head = Attention(d_model, bias=bias)
+    head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
-        for linear in (head.query, head.key, head.value, head.out):
-            linear.weight.zero_()
-            if linear.bias is not None:
-                linear.bias.zero_()
         # rows are outputs, columns inputs (nn.Linear): q = W x, so W[a, b] sends x_b into q_a.
         sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
         P, p0 = len(position_range), position_range.start
@@ -90,3 +94,388 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
         for a, b in zip(write_range, token_range):
             head.out.weight[a, b] = 1.0  # and lands in the `write` coordinates
     return head.requires_grad_(False)  # hand-set, not for training
+
+
+def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: slice, write: slice,
+                      gap: float = 20.0, bias: bool = False, dtype: torch.dtype = torch.float32) -> Attention:
+    """A hand-set head that attends by content: query i scores key j by gap * x_i[match_from] . x_j[match_to].
+
+    x: (..., T, D). The query reads the coordinates `match_from` of its own row, the key reads
+    `match_to` of its row (same width); with unit codes the best match scores gap. The value
+    is x_j[tokens], written into the coordinates `write` (same width) of the output (..., T, D).
+    Induction head, second layer: match_from = the token, match_to = "the token before me"
+    (written by a previous-token head), tokens = the token: it copies what followed last time.
+    Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen, in `dtype`.
+    """
+    require_count("d_model", d_model)
+    ranges = {name: _require_slice(name, part, d_model) for name, part in
+              (("match_from", match_from), ("match_to", match_to), ("tokens", tokens), ("write", write))}
+    gap = require_number("gap", gap, non_negative=True)
+    for a, b in (("match_from", "match_to"), ("tokens", "write")):
+        if len(ranges[a]) != len(ranges[b]):
+            raise ValueError(f"{a} and {b} must be equally wide, got {len(ranges[a])} and {len(ranges[b])} "
+                             "coordinates")
+    head = _zero_head(d_model, bias, dtype)
+    with torch.no_grad():
+        sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
+        for a, b in zip(ranges["match_to"], ranges["match_from"]):
+            head.query.weight[a, b] = sharp  # the query's code, moved to where keys keep theirs
+        for a in ranges["match_to"]:
+            head.key.weight[a, a] = 1.0
+        for a in ranges["tokens"]:
+            head.value.weight[a, a] = 1.0
+        for a, b in zip(ranges["write"], ranges["tokens"]):
+            head.out.weight[a, b] = 1.0
+    return head.requires_grad_(False)
+
+
+def _zero_head(d_model: int, bias: bool, dtype: torch.dtype) -> Attention:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    head = Attention(d_model, bias=bias).to(dtype)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+    return head
+
+
+# ---------------------------------------------------------------- token codes and the score gap
+
+def token_codes(vocab_size: int, width: int, seed: int = 0) -> Tensor:
+    """One unit code per token: (V, W), float64. One-hot when W >= V, else seeded random unit vectors.
+
+    With W < V the codes cannot all be orthogonal: their coherence (largest |cosine| between
+    two codes) is above 0, and a copy head needs a larger score gap (see gap_needed).
+    """
+    require_count("vocab_size", vocab_size, minimum=2)
+    require_count("width", width)
+    require_count("seed", seed, minimum=0)
+    if width >= vocab_size:
+        return torch.eye(vocab_size, width, dtype=torch.float64)
+    codes = torch.randn(vocab_size, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return codes / codes.norm(dim=-1, keepdim=True)
+
+
+def coherence(codes: Tensor) -> float:
+    """Largest |cos| between two different rows of codes (V, W): 0 for orthogonal codes, 1 for a repeat."""
+    require_float("codes", codes, 2, 2)
+    unit = codes / codes.norm(dim=-1, keepdim=True)
+    cosines = (unit @ unit.T).abs().fill_diagonal_(0.0)  # (V, V)
+    return float(cosines.max())
+
+
+def source_weight(gap: float, n_keys: int) -> float:
+    """Softmax weight on the one key that scores `gap` above the other n_keys - 1: e^g / (e^g + S - 1)."""
+    gap = require_number("gap", gap, non_negative=True)
+    require_count("n_keys", n_keys)
+    return 1.0 / (1.0 + (n_keys - 1) * math.exp(-gap))
+
+
+def gap_needed(n_keys: int, coherence: float = 0.0) -> float:
+    """Score gap above which a copy head reads out the right token for EVERY sequence.
+
+    Unit codes with coherence c: the output is w e_t + (mix of the others, weight 1 - w); its
+    dot product with e_t beats every other code when w (1 - c) > (1 - w)(1 + c), that is
+    w / (1 - w) = e^gap / (S - 1) > (1 + c) / (1 - c): gap > ln(S - 1) + ln((1 + c) / (1 - c)).
+    """
+    require_count("n_keys", n_keys, minimum=2)
+    c = require_number("coherence", coherence, non_negative=True)
+    if c >= 1:
+        raise ValueError(f"coherence must be below 1 (two equal codes cannot be told apart), got {c}")
+    return math.log(n_keys - 1) + math.log((1 + c) / (1 - c))
+
+
+# ---------------------------------------------------------------- hand-set models
+
+def _set_model(model: TinyModel, codes: Tensor, position_start: int, read_start: int,
+               heads: list[Attention]) -> TinyModel:
+    """Copy hand-set weights into a TinyModel (float64): token codes, one-hot positions, heads, readout."""
+    V, W = codes.shape
+    P = model.config.max_len
+    model = model.to(torch.float64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.tokens.weight[:, :W] = codes
+        if hasattr(model.positions, "table"):
+            model.positions.table.weight[:, position_start:position_start + P] = torch.eye(P)
+        for layer, head in zip(model.layers, heads):
+            layer.attention.load_state_dict(head.state_dict())
+        model.readout.weight[:, read_start:read_start + W] = codes  # logit of v = code_v . what was copied
+    return model.requires_grad_(False)
+
+
+def hand_set_copy_model(codes: Tensor, max_len: int, offset: int = 1, gap: float = 20.0,
+                        positions: bool = True) -> TinyModel:
+    """One-layer TinyModel that outputs at position i the token at i + offset. No training.
+
+    codes: (V, W) token codes. Residual row: [code (W) | one-hot position (max_len)], D = W + max_len.
+    No residual (the output is the copied code alone); causal only when offset < 0.
+    positions=False builds it with no position scheme: the position coordinates stay 0.
+    """
+    require_float("codes", codes, 2, 2)
+    V, W = codes.shape
+    require_count("max_len", max_len, minimum=2)
+    D = W + max_len  # the hand-set solution needs a coordinate per position beside the code
+    config = TinyConfig(vocab_size=V, max_len=max_len, d_model=D, causal=offset < 0,
+                        positions="learned" if positions else "none", residual=False)
+    head = position_copy_head(D, offset, tokens=slice(0, W), positions=slice(W, D), gap=gap, bias=True,
+                              dtype=torch.float64)
+    return _set_model(TinyModel(config), codes, W, 0, [head])
+
+
+def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> TinyModel:
+    """Two-layer causal TinyModel that predicts, after [A][B] ... [A], the token [B]. No training.
+
+    Residual row: [token (W) | one-hot position (P) | previous token (W) | copied token (W)].
+    Layer 1, a previous-token head, writes the token at i - 1 into "previous token"; layer 2
+    matches its token against every key's "previous token" and copies that key's token.
+    """
+    require_float("codes", codes, 2, 2)
+    V, W = codes.shape
+    require_count("max_len", max_len, minimum=2)
+    P = max_len
+    D = 3 * W + P
+    token, position = slice(0, W), slice(W, W + P)
+    previous, copied = slice(W + P, 2 * W + P), slice(2 * W + P, D)
+    config = TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=True, n_layers=2)
+    heads = [position_copy_head(D, -1, token, position, write=previous, gap=gap, bias=True, dtype=torch.float64),
+             content_copy_head(D, token, previous, token, copied, gap=gap, bias=True, dtype=torch.float64)]
+    return _set_model(TinyModel(config), codes, W, 2 * W + P, heads)
+
+
+# ---------------------------------------------------------------- data
+
+def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) -> Batches:
+    """make_batch: random ids (B, T); the target at i is the token at i + offset (IGNORE outside)."""
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=2)
+    require_count("vocab_size", vocab_size, minimum=2)
+    _require_offset(offset, length)
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
+        return ids, copy_targets(ids, offset)
+
+    return make_batch
+
+
+def _require_offset(offset: object, length: int) -> int:
+    """A source offset: a nonzero int with |offset| < length."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset == 0 or abs(offset) >= length:
+        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={length}), got {offset!r}")
+    return offset
+
+
+def copy_targets(ids: Tensor, offset: int) -> Tensor:
+    """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside the sequence. (B, T)."""
+    require_integer("ids", ids, 2, 2)
+    T = ids.shape[-1]
+    _require_offset(offset, T)
+    targets = ids.roll(-offset, dims=-1)  # (B, T): position i gets the token at i + offset
+    if offset > 0:
+        targets[:, T - offset:] = IGNORE
+    else:
+        targets[:, :-offset] = IGNORE
+    return targets
+
+
+def every_token_everywhere(vocab_size: int, length: int, offset: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Every token at every source position: V * (T - |offset|) random sequences, one per (token, source).
+
+    Returns ids (N, T) and targets (N, T) with only the one (token, source) pair as target.
+    """
+    require_count("vocab_size", vocab_size, minimum=2)
+    require_count("length", length, minimum=2)
+    _require_offset(offset, length)
+    gen = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
+    ids = torch.randint(vocab_size, (vocab_size * length, length), generator=gen)  # (V*T, T)
+    source = torch.arange(length).repeat(vocab_size)  # (V*T,)
+    token = torch.arange(vocab_size).repeat_interleave(length)
+    query = source - offset
+    keep = (query >= 0) & (query < length)
+    ids, source, token, query = ids[keep], source[keep], token[keep], query[keep]
+    rows = torch.arange(len(ids))
+    ids[rows, source] = token
+    targets = torch.full_like(ids, IGNORE)
+    targets[rows, query] = token
+    return ids, targets
+
+
+def induction_batch(n_sequences: int, length: int, vocab_size: int, periods: tuple[int, ...] = (3, 4, 5, 6, 7)
+                    ) -> Batches:
+    """make_batch: [BOS] then a block of L distinct tokens repeated (L drawn from periods per sequence).
+
+    ids (B, T); the target at i is the next token wherever it can be known from earlier in the
+    sequence (i >= L + 1, i <= T - 2), else IGNORE. L varies, so no fixed offset copies right.
+    """
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=3)
+    require_count("vocab_size", vocab_size, minimum=3)
+    if not periods or any(isinstance(L, bool) or not isinstance(L, int) or not 2 <= L < vocab_size
+                          for L in periods) or 2 * max(periods) + 1 > length:
+        raise ValueError(f"periods must be ints L with 2 <= L < vocab_size={vocab_size} and 2 L + 1 <= "
+                         f"length={length} (a block and one repeat), got {periods!r}")
+    choices = torch.tensor(periods)
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        L = choices[torch.randint(len(choices), (n_sequences, 1), generator=generator)]  # (B, 1)
+        blocks = torch.rand(n_sequences, vocab_size - 1, generator=generator).argsort(-1) + 1  # (B, V-1)
+        t = torch.arange(length)
+        ids = blocks.gather(1, ((t - 1) % L))  # (B, T): token at t is block[(t - 1) mod L]
+        ids[:, 0] = BOS
+        targets = ids.roll(-1, dims=-1)
+        targets[(t < L + 1) | (t == length - 1)] = IGNORE
+        return ids, targets
+
+    return make_batch
+
+
+# ---------------------------------------------------------------- measurements
+
+@torch.no_grad()
+def copy_accuracy(model: TinyModel, ids: Tensor, targets: Tensor) -> float:
+    """Share of the targets (not IGNORE) that are the model's top answer. ids, targets: (B, T)."""
+    require_integer("targets", targets, 2, 2)
+    if targets.shape != ids.shape:
+        raise ValueError(f"targets {tuple(targets.shape)} must have the shape of ids {tuple(ids.shape)}")
+    keep = targets != IGNORE
+    return float((model(ids).argmax(-1)[keep] == targets[keep]).double().mean())
+
+
+def weight_on_source(weights: Tensor, offset: int) -> Tensor:
+    """Attention weight of query i on key i + offset, averaged over the batch: weights (B, T, T) -> (T - |offset|,)."""
+    require_float("weights", weights, 3, 3)
+    _require_offset(offset, weights.shape[-1])
+    return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(0)
+
+
+def ov_circuit(model: TinyModel, layer: int = 0) -> Tensor:
+    """(V, V) map W_E W_V W_O W_U of one head: row a = the logits a token a at the source adds.
+
+    Rows are vectors (x W): tokens.weight (V, D), value and out as x W^T, readout W_U^T.
+    """
+    if not isinstance(model, TinyModel):
+        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    require_count("layer", layer, minimum=0)
+    if layer >= len(model.layers):
+        raise ValueError(f"layer={layer} is out of range: the model has {len(model.layers)} layers")
+    head = model.layers[layer].attention
+    with torch.no_grad():
+        return model.tokens.weight @ head.value.weight.T @ head.out.weight.T @ model.readout.weight.T
+
+
+def ov_copy_scores(ov: Tensor) -> tuple[float, float]:
+    """How much a (V, V) OV map copies: (share of rows whose largest entry is the diagonal,
+    share of eigenvalues with positive real part). Both 1 for a multiple of the identity."""
+    require_float("ov", ov, 2, 2)
+    if ov.shape[0] != ov.shape[1]:
+        raise ValueError(f"ov must be square (V, V), got shape {tuple(ov.shape)}")
+    lookup = (ov.argmax(-1) == torch.arange(len(ov))).double().mean()
+    positive = (torch.linalg.eigvals(ov.double()).real > 0).double().mean()
+    return float(lookup), float(positive)
+
+
+# ---------------------------------------------------------------- training
+
+def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, offset: int = 1,
+                     steps: int = 200, lr: float = 0.03, seed: int = 0, batch: int = 64
+                     ) -> tuple[TinyModel, list[float]]:
+    """A one-layer TinyModel (learned positions, float64) trained from scratch to copy the token at i + offset."""
+    model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, causal=offset < 0,
+                                 seed=seed)).to(torch.float64)
+    losses = train_tiny_model(model, copy_batch(batch, length, vocab_size, offset), steps, lr, seed)
+    return model, losses
+
+
+def train_induction_model(vocab_size: int = 16, length: int = 16, d_model: int = 32, steps: int = 150,
+                          lr: float = 0.007, seed: int = 0, periods: tuple[int, ...] = (3, 4, 5, 6, 7),
+                          batch: int = 64) -> tuple[TinyModel, list[float]]:
+    """A two-layer attention-only causal TinyModel (float64) trained from scratch on induction_batch."""
+    model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_layers=2, d_ff=0,
+                                 seed=seed)).to(torch.float64)
+    losses = train_tiny_model(model, induction_batch(batch, length, vocab_size, periods), steps, lr, seed)
+    return model, losses
+
+
+# ---------------------------------------------------------------- the seed's argument: copying without softmax
+
+def linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Attention with the softmax removed: output row t = sum_s (q_t . k_s) v_s. (..., T, d_v).
+
+    The "no softmax" variant: the course's scores (lesson 01, scale 1), then their mix of the
+    values, with no exp and no normalisation.
+    """
+    scores = attention_scores(q, k, scale=1.0)  # (..., T, S)
+    return scores @ v  # (..., T, d_v)
+
+
+class LinearCopyFit(NamedTuple):
+    """The best linear-attention copier found: y(x) = sum_j (a . x_j) M x_j over [context..., x]."""
+    error: float  # mean over the vocabulary of |y(x) - x|^2 (codes have |x| about 1)
+    query: Tensor  # a = K^T q: (d,), the score of row x_j is a . x_j
+    value: Tensor  # M = W_O W_V: (d, d)
+
+
+def _keys(tokens: Tensor, context: Tensor) -> Tensor:
+    """(n, m + 1, d): for each token x, the rows [context..., x] the query attends to."""
+    n = tokens.shape[0]
+    return torch.cat([context.expand(n, *context.shape), tokens[:, None]], dim=1)
+
+
+def _require_copy_problem(tokens: Tensor, context: Tensor) -> None:
+    require_float("tokens", tokens, 2, 2)
+    require_float("context", context, 2, 2)
+    if context.shape[-1] != tokens.shape[-1] or context.dtype != tokens.dtype:
+        raise ValueError(f"context {tuple(context.shape)} {context.dtype} must have the width and dtype of "
+                         f"tokens {tuple(tokens.shape)} {tokens.dtype}")
+
+
+def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 300, lr: float = 0.05) -> LinearCopyFit:
+    """Fit, by least squares, a query and a value map so that linear attention copies every token.
+
+    tokens: (n, d), the vocabulary; context: (m, d), rows that sit before the copied token (the
+    seed's f1, f2; m may be 0). The output for token x is y(x) = sum_j (a . x_j) M x_j over the
+    rows [context..., x] (the seed's equation 7); the loss is mean_x |y(x) - x|^2. y is linear
+    in M, so for each a the best M is solved exactly (pseudo-inverse); a is trained by Adam from the
+    scores that are as constant as possible (a with a . x = 1 in the least-squares sense), and
+    the best a met on the way is kept. A local search: its error bounds the best one from above.
+    """
+    _require_copy_problem(tokens, context)
+    keys = _keys(tokens, context)  # (n, m + 1, d)
+    # pinv, not lstsq: torch's lstsq gave wrong answers at random for wide (n < d) systems here
+    start = torch.linalg.pinv(tokens) @ torch.ones(len(tokens), dtype=tokens.dtype)  # (d,)
+    query = start.clone().requires_grad_(True)  # (d,)
+
+    def best_value() -> tuple[Tensor, Tensor]:
+        mixed = linear_attention(query.expand(len(tokens), 1, -1), keys, keys)[:, 0]  # (n, d): sum_j s_j x_j
+        value_t = torch.linalg.pinv(mixed) @ tokens  # (d, d): least squares, y = mixed @ M^T
+        return mixed, value_t
+
+    best = [math.inf, start]  # Adam blows rounding-noise gradients up to full steps: keep the best a seen
+
+    def loss_of_step(_: int) -> Tensor:
+        mixed, value_t = best_value()
+        loss = ((mixed @ value_t - tokens) ** 2).sum(-1).mean()
+        if loss.item() < best[0]:
+            best[:] = [loss.item(), query.detach().clone()]
+        return loss
+
+    train(loss_of_step, [query], steps, lr)
+    with torch.no_grad():
+        query.copy_(best[1])
+        mixed, value_t = best_value()
+        error = float(((mixed @ value_t - tokens) ** 2).sum(-1).mean())
+    return LinearCopyFit(error, query.detach(), value_t.T.contiguous())
+
+
+def softmax_copy_error(tokens: Tensor, context: Tensor, query: Tensor) -> float:
+    """The same copy problem with the softmax kept and V = I: mean_x |softmax-attention output - x|^2.
+
+    tokens: (n, d), context: (m, d), query: (d,), the score of row x_j is query . x_j.
+    """
+    _require_copy_problem(tokens, context)
+    require_float("query", query, 1, 1)
+    keys = _keys(tokens, context)  # (n, m + 1, d)
+    out, _ = scaled_dot_product_attention(query.expand(len(tokens), 1, -1), keys, keys, scale=1.0)  # (n, 1, d)
+    return float(((out[:, 0] - tokens) ** 2).sum(-1).mean())

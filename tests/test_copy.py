@@ -1,0 +1,392 @@
+"""Lesson 06: the copy mechanism. Hand-set heads checked over every token and position,
+against closed forms and torch's own softmax/attention; the seed's linear-attention argument;
+training; bad input. MUTANTS: known-wrong answers for the exercise set (see test_exercises.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.copy import (BOS, coherence, content_copy_head, copy_accuracy, copy_batch, copy_targets,
+                             every_token_everywhere, gap_needed, hand_set_copy_model,
+                             hand_set_induction_model, induction_batch, linear_attention, linear_copy_fit,
+                             ov_circuit, ov_copy_scores, position_copy_head, softmax_copy_error, source_weight,
+                             token_codes, train_copy_model, train_induction_model, weight_on_source)
+from course_lib.masks import IGNORE, causal_mask
+from exercise_harness import outcome
+
+SET = "06_copy"
+
+
+def one_hot_rows(ids, V, P):
+    """Residual rows [one-hot token (V) | one-hot position (P)] for ids (B, T): (B, T, V + P)."""
+    B, T = ids.shape
+    positions = torch.eye(P, dtype=torch.float64)[:T].expand(B, T, P)
+    return torch.cat([F.one_hot(ids, V).double(), positions], -1)
+
+
+# ---------------------------------------------------------------- position copy head
+
+@pytest.mark.parametrize("offset", [1, 2, -1, -2])
+def test_position_head_copies_every_token_from_every_position(offset):
+    V, P = 10, 7
+    head = position_copy_head(V + P, offset, slice(0, V), slice(V, V + P), gap=20.0).double()
+    for source in range(P):
+        query = source - offset
+        if not 0 <= query < P:
+            continue
+        ids = torch.randint(V, (V, P), generator=torch.Generator().manual_seed(source))
+        ids[:, source] = torch.arange(V)  # every token at this source position
+        out, weights = head(one_hot_rows(ids, V, P))
+        assert torch.equal(out[:, query, :V].argmax(-1), torch.arange(V))
+        assert torch.all(out[:, :, V:] == 0)  # nothing is written outside the token slice
+        expected = math.exp(20) / (math.exp(20) + P - 1)  # closed form, not the code's softmax
+        assert torch.allclose(weights[:, query, source], torch.full((V,), expected, dtype=torch.float64))
+
+
+def test_position_head_output_is_torch_attention_of_its_projections():
+    V, P = 6, 5
+    x = one_hot_rows(torch.randint(V - 2, (3, P), generator=torch.Generator().manual_seed(0)), V - 2, P + 2).float()
+    head = position_copy_head(V + P, 1, slice(0, V - 2), slice(V - 2, V + P), gap=3.0)
+    q, k, v = head.query(x), head.key(x), head.value(x)
+    expected = head.out(F.scaled_dot_product_attention(q, k, v))
+    out, _ = head(x)
+    assert torch.allclose(out, expected, atol=1e-6)
+
+
+def test_position_head_writes_into_the_write_slice():
+    V, P = 4, 5
+    D = 2 * V + P
+    head = position_copy_head(D, -1, slice(0, V), slice(V, V + P), write=slice(V + P, D)).double()
+    ids = torch.randint(V, (8, P), generator=torch.Generator().manual_seed(1))
+    x = torch.cat([one_hot_rows(ids, V, P), torch.zeros(8, P, V, dtype=torch.float64)], -1)
+    out, _ = head(x, mask=causal_mask(P))
+    assert torch.all(out[..., : V + P] == 0)
+    assert torch.equal(out[:, 1:, V + P:].argmax(-1), ids[:, :-1])
+
+
+def test_zero_gap_breaks_the_position_head():
+    """A broken variant fails: gap 0 means uniform weights, so most copies go wrong."""
+    V, P = 8, 8
+    ids, targets = every_token_everywhere(V, P, 1)
+    assert copy_accuracy(hand_set_copy_model(token_codes(V, V), P, 1, gap=20.0), ids, targets) == 1.0
+    assert copy_accuracy(hand_set_copy_model(token_codes(V, V), P, 1, gap=0.0), ids, targets) < 0.6
+    assert copy_accuracy(hand_set_copy_model(token_codes(V, V), P, 1, positions=False), ids, targets) < 0.6
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(d_model=0), "d_model"), (dict(offset=1.0), "offset"), (dict(offset=0), "offset"),
+    (dict(offset=9), "offset"), (dict(tokens=(0, 4)), "tokens"), (dict(tokens=slice(0, 40)), "tokens"),
+    (dict(positions=slice(2, 10)), "overlap"), (dict(write=slice(12, 14)), "write"),
+    (dict(gap=-1.0), "gap"), (dict(gap=float("nan")), "gap")])
+def test_position_head_rejects_bad_input(bad, match):
+    args = dict(d_model=14, offset=1, tokens=slice(0, 4), positions=slice(4, 12)) | bad
+    with pytest.raises((TypeError, ValueError), match=match):
+        position_copy_head(**args)
+
+
+# ---------------------------------------------------------------- the score gap
+
+def test_source_weight_is_torch_softmax():
+    for gap in (0.0, 0.5, 3.0, 12.0):
+        for S in (1, 2, 9):
+            scores = torch.zeros(S, dtype=torch.float64)
+            scores[0] = gap
+            assert source_weight(gap, S) == pytest.approx(float(torch.softmax(scores, 0)[0]), rel=1e-12)
+
+
+def test_gap_needed_is_tight_for_one_hot_codes():
+    """Above the bound every sequence is copied; just below it, the worst sequence fails."""
+    V, P = 6, 8
+    bound = gap_needed(P, 0.0)
+    assert bound == pytest.approx(math.log(P - 1))
+    ids, targets = every_token_everywhere(V, P, 1)
+    worst = torch.ones(V - 1, P, dtype=torch.long)  # every key but the source holds token 1
+    worst[:, 1] = torch.tensor([0, 2, 3, 4, 5])
+    worst_targets = torch.full_like(worst, IGNORE)
+    worst_targets[:, 0] = worst[:, 1]
+    for gap, expected in ((bound + 1e-3, 1.0), (bound - 1e-3, 0.0)):
+        model = hand_set_copy_model(token_codes(V, V), P, 1, gap=gap)
+        assert copy_accuracy(model, worst, worst_targets) == expected
+    assert copy_accuracy(hand_set_copy_model(token_codes(V, V), P, 1, gap=bound + 1e-3), ids, targets) == 1.0
+
+
+def test_gap_needed_holds_for_overlapping_codes():
+    V, W, P = 16, 5, 8
+    codes = token_codes(V, W, seed=3)
+    c = coherence(codes)
+    assert 0 < c < 1
+    brute = max(abs(float(codes[a] @ codes[b])) for a in range(V) for b in range(V) if a != b)
+    assert c == pytest.approx(brute)
+    model = hand_set_copy_model(codes, P, 1, gap=gap_needed(P, c) + 1e-3)
+    for seed in range(3):
+        assert copy_accuracy(model, *every_token_everywhere(V, P, 1, seed=seed)) == 1.0
+
+
+def test_gap_rejects_bad_input():
+    with pytest.raises(ValueError, match="coherence"):
+        gap_needed(8, 1.0)
+    with pytest.raises(ValueError, match="n_keys"):
+        gap_needed(1)
+    with pytest.raises(ValueError, match="gap"):
+        source_weight(-1.0, 4)
+    with pytest.raises(TypeError, match="codes"):
+        coherence(torch.ones(3, 3, dtype=torch.long))
+
+
+def test_token_codes():
+    assert torch.equal(token_codes(4, 6), torch.eye(4, 6, dtype=torch.float64))
+    codes = token_codes(20, 4, seed=1)
+    assert codes.shape == (20, 4)
+    assert torch.allclose(codes.norm(dim=-1), torch.ones(20, dtype=torch.float64))
+    with pytest.raises(ValueError, match="vocab_size"):
+        token_codes(1, 4)
+
+
+# ---------------------------------------------------------------- the induction head
+
+@pytest.mark.parametrize("periods", [(2,), (3,), (5,), (7,), (2, 3, 4, 5, 6, 7)])
+def test_hand_set_induction_head_is_exact_on_every_period(periods):
+    model = hand_set_induction_model(token_codes(16, 16), 16)
+    ids, targets = induction_batch(500, 16, 16, periods)(torch.Generator().manual_seed(0))
+    assert copy_accuracy(model, ids, targets) == 1.0
+    prev = weight_on_source(model.layer_weights[0], -1)
+    assert torch.all(prev > 0.999)
+
+
+def test_induction_head_without_its_previous_token_head_fails():
+    model = hand_set_induction_model(token_codes(16, 16), 16)
+    with torch.no_grad():
+        model.layers[0].attention.out.weight.zero_()  # layer 1 writes nothing
+    ids, targets = induction_batch(500, 16, 16)(torch.Generator().manual_seed(0))
+    assert copy_accuracy(model, ids, targets) < 0.3
+
+
+def test_a_fixed_offset_cannot_do_induction():
+    """The position-only shortcut: right for one period, wrong for the others."""
+    shortcut = hand_set_copy_model(token_codes(16, 16), 16, offset=1 - 5)
+    gen = torch.Generator().manual_seed(0)
+    assert copy_accuracy(shortcut, *induction_batch(300, 16, 16, (5,))(gen)) == 1.0
+    for L in (3, 4, 6, 7):
+        assert copy_accuracy(shortcut, *induction_batch(300, 16, 16, (L,))(gen)) < 0.2
+
+
+def test_induction_batch_is_a_repeated_block():
+    ids, targets = induction_batch(50, 16, 12, (3, 6))(torch.Generator().manual_seed(2))
+    assert torch.all(ids[:, 0] == BOS) and torch.all(ids[:, 1:] != BOS)
+    for row, target in zip(ids, targets):
+        L = next(L for L in (3, 6) if torch.equal(row[1 + L:], row[1:-L]))
+        assert len(set(row[1:1 + L].tolist())) == L  # distinct tokens in the block
+        known = target != IGNORE
+        assert torch.equal(known.nonzero()[:, 0], torch.arange(L + 1, 15))
+        assert torch.equal(target[known], row[L + 2:])
+    with pytest.raises(ValueError, match="periods"):
+        induction_batch(4, 10, 16, (5,))
+
+
+def test_content_head_rejects_bad_input():
+    with pytest.raises(ValueError, match="equally wide"):
+        content_copy_head(10, slice(0, 2), slice(2, 5), slice(0, 2), slice(5, 7))
+    with pytest.raises(TypeError, match="write"):
+        content_copy_head(10, slice(0, 2), slice(2, 4), slice(0, 2), [5, 6])
+
+
+# ---------------------------------------------------------------- data and measurements
+
+def test_copy_targets_and_every_token_everywhere():
+    ids = torch.arange(12).view(2, 6)
+    assert copy_targets(ids, 2)[0].tolist() == [2, 3, 4, 5, IGNORE, IGNORE]
+    assert copy_targets(ids, -1)[1].tolist() == [IGNORE, 6, 7, 8, 9, 10]
+    ids, targets = every_token_everywhere(5, 4, -1)
+    pairs = {(int(ids[r, q + -1]), q - 1) for r, q in (targets != IGNORE).nonzero().tolist()}
+    assert pairs == {(v, s) for v in range(5) for s in range(3)}
+    with pytest.raises(ValueError, match="offset"):
+        copy_targets(ids, 0)
+    with pytest.raises(ValueError, match="offset"):
+        copy_batch(3, 5, 7, 5)
+    with pytest.raises(ValueError, match="offset"):
+        every_token_everywhere(5, 4, -4)
+    with pytest.raises(ValueError, match="offset"):
+        weight_on_source(torch.ones(2, 4, 4), 4)
+    with pytest.raises(TypeError, match="codes"):
+        hand_set_copy_model(torch.eye(4, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="gap"):
+        hand_set_induction_model(token_codes(4, 4), 8, gap=-1.0)
+    with pytest.raises(ValueError, match="tokens"):
+        linear_copy_fit(torch.ones(3, 2, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
+    batch = copy_batch(3, 5, 7, 1)(torch.Generator().manual_seed(0))
+    assert torch.equal(batch[1], copy_targets(batch[0], 1))
+
+
+def test_ov_copy_scores_against_numpy():
+    assert ov_copy_scores(torch.eye(5)) == (1.0, 1.0)
+    assert ov_copy_scores(-torch.eye(3) + 0.1) == (0.0, pytest.approx(0.0))
+    m = torch.randn(6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    eig = __import__("numpy").linalg.eigvals(m.numpy())
+    assert ov_copy_scores(m)[1] == pytest.approx((eig.real > 0).mean())
+    with pytest.raises(ValueError, match="square"):
+        ov_copy_scores(torch.ones(2, 3))
+
+
+def test_ov_circuit_of_the_hand_set_head_is_codes_times_codes():
+    codes = token_codes(12, 5, seed=0)
+    ov = ov_circuit(hand_set_copy_model(codes, 6, 1))
+    assert torch.allclose(ov, codes @ codes.T)
+    with pytest.raises(ValueError, match="layer"):
+        ov_circuit(hand_set_copy_model(codes, 6, 1), layer=1)
+
+
+# ---------------------------------------------------------------- the seed's argument
+
+def test_linear_attention_is_the_unnormalised_mix():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 3, generator=g, dtype=torch.float64) for n in (4, 5, 5))
+    expected = torch.einsum("btd,bsd,bse->bte", q, k, v)
+    assert torch.allclose(linear_attention(q, k, v), expected)
+
+
+def test_linear_copy_fit_exact_up_to_d_and_not_beyond():
+    d = 6
+    g = torch.Generator().manual_seed(0)
+    few = torch.randn(d, d, generator=g, dtype=torch.float64)
+    many = token_codes(4 * d, d, seed=0)
+    assert linear_copy_fit(few, few[:1].expand(2, d)).error < 1e-12
+    assert linear_copy_fit(many, many[:1].expand(2, d)).error > 0.3
+    assert linear_copy_fit(many, many[:0]).error > 0.3
+
+
+def test_tokens_on_a_hyperplane_force_a_multiple_of_identity():
+    d = 6
+    tokens = torch.randn(30, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    tokens[:, -1] = 1.0
+    fit = linear_copy_fit(tokens, tokens[:0])
+    k = fit.value.diagonal().mean()
+    assert fit.error < 1e-12
+    assert torch.allclose(fit.value, k * torch.eye(d, dtype=torch.float64), atol=1e-6)
+    scores = tokens @ fit.query
+    assert torch.allclose(scores, torch.full_like(scores, float(1 / k)), atol=1e-6)
+    # with the context terms the value map absorbs them: still exact, and no longer k I
+    with_context = linear_copy_fit(tokens, tokens[:1].expand(2, d))
+    assert with_context.error < 1e-12
+    identity = torch.eye(d, dtype=torch.float64)
+    assert not torch.allclose(with_context.value, with_context.value.diagonal().mean() * identity, atol=1e-2)
+
+
+def test_softmax_copies_where_linear_attention_cannot():
+    tokens = token_codes(32, 8, seed=1)
+    context = tokens[:1].expand(2, 8)
+    assert softmax_copy_error(tokens, context, -200 * tokens[0]) < 1e-20
+    assert softmax_copy_error(tokens, context, torch.zeros(8, dtype=torch.float64)) > 0.1
+    with pytest.raises(ValueError, match="context"):
+        softmax_copy_error(tokens, context.float(), tokens[0])
+
+
+# ---------------------------------------------------------------- training
+
+def test_trained_copier_is_near_one_hot_and_copies():
+    model, losses = train_copy_model()
+    assert losses[-1] < 1e-3
+    assert copy_accuracy(model, *every_token_everywhere(16, 8, 1)) == 1.0
+    assert torch.all(weight_on_source(model.last_weights, 1) > 0.99)
+    assert ov_copy_scores(ov_circuit(model))[0] == 1.0
+
+
+def test_trained_induction_model_beats_99_percent_on_varied_periods():
+    model, _ = train_induction_model()
+    ids, targets = induction_batch(2000, 16, 16, (2, 3, 4, 5, 6, 7))(torch.Generator().manual_seed(5))
+    assert copy_accuracy(model, ids, targets) > 0.99
+
+
+# ---------------------------------------------------------------- exercise set 06: known-wrong answers
+
+MUTANTS = {
+    "position_query_weights": {
+        "transposed": "def position_query_weights(max_len, offset, gap):\n"
+                      "    w = torch.zeros(max_len, max_len, dtype=torch.float64)\n"
+                      "    for p in range(max_len):\n        if 0 <= p + offset < max_len:\n"
+                      "            w[p + offset, p] = gap\n    return w",
+        "wraps around": "def position_query_weights(max_len, offset, gap):\n"
+                        "    return gap * torch.eye(max_len, dtype=torch.float64).roll(offset, 1)",
+        "forgot the gap": "def position_query_weights(max_len, offset, gap):\n"
+                          "    w = torch.zeros(max_len, max_len, dtype=torch.float64)\n"
+                          "    for p in range(max_len):\n        if 0 <= p + offset < max_len:\n"
+                          "            w[p, p + offset] = 1.0\n    return w",
+        "calls the course's position_copy_head": "from course_lib.copy import position_copy_head as h\n"
+                                                 "def position_query_weights(max_len, offset, gap):\n"
+                                                 "    q = h(max_len + 1, offset, slice(0, 1), slice(1, max_len + 1), gap=gap,\n"
+                                                 "          dtype=torch.float64).query.weight[1:, 1:].T\n"
+                                                 "    return q / math.sqrt(max_len + 1)",
+    },
+    "min_gap": {
+        "ln(S) instead of ln(S - 1)": "def min_gap(n_keys, coherence):\n"
+                                      "    return math.log(n_keys) + math.log((1 + coherence) / (1 - coherence))",
+        "overlap term inverted": "def min_gap(n_keys, coherence):\n"
+                                 "    return math.log(n_keys - 1) + math.log((1 - coherence) / (1 + coherence))",
+        "no overlap term": "def min_gap(n_keys, coherence):\n    return math.log(n_keys - 1)",
+        "calls the course's gap_needed": "from course_lib import copy as c\n"
+                                         "def min_gap(n_keys, coherence):\n    return c.gap_needed(n_keys, coherence)",
+    },
+    "ov_lookup_accuracy": {
+        "largest entry of each column": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                                        "    ov = w_e @ w_v @ w_o @ w_u\n"
+                                        "    return float((ov.argmax(0) == torch.arange(len(ov))).double().mean())",
+        "W_V transposed": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                          "    ov = w_e @ w_v.T @ w_o @ w_u\n"
+                          "    return float((ov.argmax(-1) == torch.arange(len(ov))).double().mean())",
+        "W_O left out": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                        "    ov = w_e @ w_v @ w_u\n"
+                        "    return float((ov.argmax(-1) == torch.arange(len(ov))).double().mean())",
+        "calls the course's ov_copy_scores": "from course_lib.copy import ov_copy_scores\n"
+                                             "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
+                                             "    return ov_copy_scores(w_e @ w_v @ w_o @ w_u)[0]",
+    },
+    "induction_targets": {
+        "first occurrence": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                            "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1]):\n"
+                            "            for j in range(i):\n                if ids[b, j] == ids[b, i]:\n"
+                            "                    t[b, i] = ids[b, j + 1]\n                    break\n    return t",
+        "the token found, not the next": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                                         "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1]):\n"
+                                         "            for j in range(i - 1, -1, -1):\n"
+                                         "                if ids[b, j] == ids[b, i]:\n"
+                                         "                    t[b, i] = ids[b, j]\n                    break\n    return t",
+        "matches itself": "def induction_targets(ids):\n    t = torch.full_like(ids, IGNORE)\n"
+                          "    for b in range(ids.shape[0]):\n        for i in range(ids.shape[1] - 1):\n"
+                          "            t[b, i] = ids[b, i + 1]\n    return t",
+    },
+}
+
+
+# ---------------------------------------------------------------- widget
+
+def test_gap_widget_renders_every_setting_and_reads_the_formula():
+    from course_lib.widgets.copy import GAPS, LENGTH, WIDTHS, gap_widget
+
+    view = gap_widget()
+    for width in WIDTHS:
+        view.controls["width"].value = width
+        for positions in (False, True):
+            view.controls["positions"].value = positions
+            for gap in (GAPS[0], 1.5, GAPS[-1]):
+                view.controls["gap"].value = gap
+                for query in (0, LENGTH - 2):
+                    view.controls["query"].value = query
+    assert not view.errors.outputs
+    assert "<svg" in view.view.value
+    # one-hot codes, positions on, gap 12: the weight shown is e^g / (e^g + 7) and the copy is exact
+    view.controls["width"].value = 16
+    assert f"{source_weight(12.0, LENGTH):.3f}" in view.view.value.split("weight <b>")[1][:12]
+    assert "100.0%" in view.view.value
+    view.controls["positions"].value = False
+    assert f"<b>{1 / LENGTH:.3f}</b>" in view.view.value  # no positions: uniform weights
+    assert max(view.timings_ms) < 100
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls") and m not in ("W_O left out", "matches itself")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
