@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from .attention_scores import Attention
 from .copy import position_copy_head
 from .guards import require_count, require_integer, require_number
-from .masks import IGNORE, TinyConfig, TinyModel, train_tiny_model
+from .masks import IGNORE, TinyConfig, TinyModel, require_token_ids, train_tiny_model
 
 # ---------------------------------------------------------------- the relation world
 
@@ -93,6 +93,7 @@ def encode(words: Sequence[str]) -> Tensor:
 def decode(ids: Tensor) -> list[str]:
     """The words of token ids (T,)."""
     require_integer("ids", ids, 1, 1)
+    require_token_ids("ids", ids[None], len(VOCAB))
     return [VOCAB[int(i)] for i in ids]
 
 
@@ -107,7 +108,7 @@ def composition_lookup(rules: Rules = RULES) -> Tensor:
 
 def rule_targets(ids: Tensor, rules: Rules = RULES) -> Tensor:
     """Targets for sentences X r1 r2 Y: (B, 4) -> (B, 4) = X, r1 o r2, Y, IGNORE."""
-    require_integer("ids", ids, 2, 2)
+    require_token_ids("ids", ids, len(VOCAB))
     if ids.shape[-1] != SENTENCE_LENGTH:
         raise ValueError(f"ids must be sentences of {SENTENCE_LENGTH} tokens X r1 r2 Y, got shape {tuple(ids.shape)}")
     lookup = composition_lookup(rules)

@@ -238,6 +238,8 @@ def test_fit_power_law_recovers_a_and_p():
     (lambda: encode(["John", "cousin"]), ValueError, "words"),
     (lambda: encode("John father"), TypeError, "words"),
     (lambda: decode(torch.tensor([[1, 2]])), ValueError, "ids"),
+    (lambda: decode(torch.tensor([1, 999])), ValueError, "ids"),
+    (lambda: rule_targets(torch.tensor([[0, 1, 2, 999]])), ValueError, "ids"),
     (lambda: rule_targets(torch.tensor([[0, 1, 2]])), ValueError, "ids"),
     (lambda: rule_targets(torch.zeros(2, 4)), TypeError, "ids"),
     (lambda: rule_targets(encode(["John", "father", "cousin", "Mary"])[None]), ValueError, "words"),
