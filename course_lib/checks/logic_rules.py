@@ -1,0 +1,190 @@
+"""Visible checks for exercise set 07 (composing relations)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..masks import IGNORE
+from . import compare, exercise_check, passed
+
+# A vocabulary of 6 tokens: people A = 0, B = 1; relations p = 2, q = 3; answers s = 4, t = 5.
+# The table says p q -> s and q p -> t: the order of the two relations matters.
+LOOKUP = torch.full((6, 6), -1)
+LOOKUP[2, 3], LOOKUP[3, 2], LOOKUP[2, 2] = 4, 5, 4
+IDS = torch.tensor([[0, 2, 3, 1], [1, 3, 2, 0], [1, 2, 2, 1]])  # A p q B, B q p A, B p p B
+
+# A small relation world for the unembedding: "X's father's sister is X's aunt", ...
+SMALL_RELATIONS = ["father", "sister", "aunt", "grandfather"]
+SMALL_RULES = {("father", "sister"): "aunt", ("father", "father"): "grandfather", ("sister", "father"): "father"}
+
+
+def _call(label: str, fn: Callable, *args, hint: str = ""):
+    """Run the learner's function; turn an exception into a check failure that names it."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
+                             + (f". Likely bug: {hint}" if hint else "")) from None
+
+
+def _targets(ids: Tensor, lookup: Tensor, swap: bool = False, move_y: bool = True,
+             ignore: bool = True) -> Tensor:
+    """The targets X, r1 o r2, Y, IGNORE, or one of the usual mistakes."""
+    out = ids.clone()
+    out[:, 1] = lookup[ids[:, 2], ids[:, 1]] if swap else lookup[ids[:, 1], ids[:, 2]]
+    if move_y:
+        out[:, 2] = ids[:, 3]
+    if ignore:
+        out[:, 3] = IGNORE
+    return out
+
+
+@exercise_check
+def check_compose_targets(compose_targets: Callable) -> None:
+    got = _call("compose_targets(IDS, LOOKUP)", compose_targets, IDS.clone(), LOOKUP.clone())
+    compare("compose_targets(IDS, LOOKUP)  (rows: A p q B, B q p A, B p p B; p q -> 4, q p -> 5, p p -> 4)",
+            got, _targets(IDS, LOOKUP), {
+                "the relations are looked up in the wrong order: the answer is lookup[r1, r2]":
+                    _targets(IDS, LOOKUP, swap=True),
+                "Y stays at position 3: it moves one to the left, to position 2 (r2's slot)":
+                    _targets(IDS, LOOKUP, move_y=False, ignore=False),
+                "position 3 must be IGNORE (-100): four tokens in, three out": _targets(IDS, LOOKUP, ignore=False),
+            })
+    passed("compose_targets")
+
+
+def _unembedding(rules: dict, relations: list[str], alpha: float, mistake: str = "") -> Tensor:
+    """Rows: relations; columns: token codes (n), then mix codes (n); or one of the usual mistakes."""
+    n = len(relations)
+    out = torch.zeros(n, 2 * n, dtype=torch.float64)
+    for c in dict.fromkeys(rules.values()):
+        row = relations.index(c)
+        firsts = {a for (a, b), o in rules.items() if o == c}
+        seconds = {b for (a, b), o in rules.items() if o == c}
+        if mistake == "swap":
+            firsts, seconds = seconds, firsts
+        for a in firsts:
+            out[row, relations.index(a)] += 1.0
+        for b in seconds:
+            out[row, n + relations.index(b)] += alpha if mistake == "alpha" else 1.0 / alpha
+            if mistake == "assign":
+                out[row, relations.index(b)] = -1.0
+            elif mistake != "no correction":
+                out[row, relations.index(b)] -= 1.0
+    return out
+
+
+def _readout_answers(unembedding: Tensor, rules: dict, relations: list[str], alpha: float) -> list[str]:
+    """The relation with the largest logit for each rule's row [e(r1), alpha e(r1) + alpha e(r2)]."""
+    n = len(relations)
+    answers = []
+    for a, b in rules:
+        row = torch.zeros(2 * n, dtype=torch.float64)
+        row[relations.index(a)] = 1.0
+        row[n + relations.index(a)] += alpha
+        row[n + relations.index(b)] += alpha
+        answers.append(relations[int((unembedding.to(torch.float64) @ row).argmax())])
+    return answers
+
+
+@exercise_check
+def check_composition_unembedding(composition_unembedding: Callable) -> None:
+    got = _call("composition_unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)", composition_unembedding,
+                dict(SMALL_RULES), list(SMALL_RELATIONS), 0.5)
+    want = _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)
+    compare("composition_unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)  (rows: father, sister, aunt, "
+            "grandfather; columns: 4 token codes, then 4 mix codes)", got, want, {
+                "the mix holds alpha e(b): divide by alpha (multiply by 1/alpha), do not multiply by it":
+                    _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "alpha"),
+                "the mix also holds alpha e(r1): subtract 1 from the token code of each b in B_r":
+                    _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "no correction"),
+                "A_r (first relations) and B_r (second relations) are swapped":
+                    _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "swap"),
+                "an entry was set (=) where it must be added to (+=): father father adds +1 and -1 "
+                "to the same token column": _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "assign"),
+            })
+    answers = _readout_answers(got, SMALL_RULES, SMALL_RELATIONS, 0.5)
+    print(f"nearest relation for father sister, father father, sister father\n  expected: "
+          f"['aunt', 'grandfather', 'father']\n  got:      {answers}")
+    if answers != ["aunt", "grandfather", "father"]:
+        raise AssertionError("the unembedding does not read the composed relation from the mix")
+    passed("composition_unembedding")
+
+
+def _xor_squares(table: Tensor, ordered: bool = False, loose: bool = False) -> int:
+    n_rows, n_cols = table.shape
+    count = 0
+    pairs = itertools.permutations if ordered else itertools.combinations
+    for i, k in pairs(range(n_rows), 2):
+        for j, m in pairs(range(n_cols), 2):
+            diagonal = table[i, j] == table[k, m]
+            other = table[i, m] != table[i, j] and table[k, j] != table[i, j]
+            crossed = loose or table[i, m] == table[k, j]
+            count += int(bool(diagonal and other and crossed))
+    return count
+
+
+TABLES = {
+    "friend/enemy [[0, 1], [1, 0]]": torch.tensor([[0, 1], [1, 0]]),
+    "nested [[0, 0], [0, 1]]": torch.tensor([[0, 0], [0, 1]]),
+    "three answers [[0, 1], [2, 0]]": torch.tensor([[0, 1], [2, 0]]),
+    "3 x 3 [[0, 1, 0], [1, 0, 0], [0, 1, 1]]": torch.tensor([[0, 1, 0], [1, 0, 0], [0, 1, 1]]),
+}
+
+
+@exercise_check
+def check_xor_squares(xor_squares: Callable) -> None:
+    for name, table in TABLES.items():
+        got = _call(f"xor_squares({name})", xor_squares, table.clone())
+        if isinstance(got, Tensor) and got.numel() == 1:
+            got = int(got)
+        if not isinstance(got, int):
+            raise AssertionError(f"xor_squares must return an int, got {type(got).__name__}")
+        compare(f"xor_squares({name})", torch.tensor(got), torch.tensor(_xor_squares(table)), {
+            "each square was counted 4 times: take rows i < k and columns j < m, each pair once":
+                torch.tensor(_xor_squares(table, ordered=True)),
+            "the two off-diagonal cells must hold the same answer (table[i, m] == table[k, j])":
+                torch.tensor(_xor_squares(table, loose=True)),
+        })
+    passed("xor_squares")
+
+
+def _fit(x: list[float], y: list[float], mistake: str = "") -> Tensor:
+    """(a, p) of log y = log a + p log x by the normal equations, or a usual mistake."""
+    if mistake == "endpoints":
+        p = math.log(y[-1] / y[0]) / math.log(x[-1] / x[0])
+        return torch.tensor([y[0] / x[0] ** p, p], dtype=torch.float64)
+    u = [math.log(v) for v in x] if mistake != "linear" else list(x)
+    w = [math.log(v) for v in y] if mistake != "linear" else list(y)
+    n, su, sw = len(u), sum(u), sum(w)
+    p = (n * sum(a * b for a, b in zip(u, w)) - su * sw) / (n * sum(a * a for a in u) - su**2)
+    c = (sw - p * su) / n
+    a = c if mistake in ("linear", "log a") else math.exp(c)
+    return torch.tensor([p, a] if mistake == "swapped" else [a, p], dtype=torch.float64)
+
+
+POWER_CASES = [([1.0, 2.0, 4.0, 8.0], [3.0, 6.0, 12.0, 24.0]), ([1.0, 2.0, 4.0], [1.0, 4.0, 8.0])]
+
+
+@exercise_check
+def check_power_law_fit(power_law_fit: Callable) -> None:
+    for x, y in POWER_CASES:
+        got = _call(f"power_law_fit({x}, {y})", power_law_fit, torch.tensor(x, dtype=torch.float64),
+                    torch.tensor(y, dtype=torch.float64))
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise AssertionError(f"power_law_fit must return a tuple (a, p), got {got!r}")
+        got = torch.tensor([float(v) for v in got], dtype=torch.float64)
+        compare(f"power_law_fit(x={x}, y={y})  as (a, p)", got, _fit(x, y), {
+            "fit log y against log x, not y against x": _fit(x, y, "linear"),
+            "return (a, p) in that order": _fit(x, y, "swapped"),
+            "a is exp(intercept): the line fits log a": _fit(x, y, "log a"),
+            "the slope through the two end points is not the least-squares line": _fit(x, y, "endpoints"),
+        }, atol=1e-6)
+    passed("power_law_fit")

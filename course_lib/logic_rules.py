@@ -1,0 +1,386 @@
+"""Lesson 07: composing relations. "X father sister Y => X aunt Y", by hand and by training.
+
+A sentence is four tokens, X r1 r2 Y ("X's r1's r2 is Y"); the model rewrites it as X r Y
+with r = r1 o r2 from the rule table, left-aligned as in the seed:
+    input    X   r1   r2   Y
+    output   X   r    Y    -       (targets: X, the composed relation, Y, IGNORE)
+The query at r1 attends to r1 and r2 and writes alpha V(r1) + beta V(r2): the composed relation is
+read from that mix. The query at r2 copies Y from the next position (lesson 06's head).
+
+Residual layout of the hand-set model (rows are vectors; slices of one width-D row):
+    tokens     one-hot token (width V)        positions  one-hot position (width 4)
+    mix        written by the composition head: alpha e(r1) + beta e(r2), one coordinate per relation
+    copied     written by the copy head: the token one position to the right (width V)
+Shapes use the course's names (course_lib/__init__.py): B, T, D, V.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .attention_scores import Attention
+from .copy import position_copy_head
+from .guards import require_count, require_integer, require_number
+from .masks import IGNORE, TinyConfig, TinyModel, require_token_ids, train_tiny_model
+
+# ---------------------------------------------------------------- the relation world
+
+PEOPLE = ["John", "Pete", "Mary", "Anna", "Paul", "Lucy", "Mark", "Emma", "Tom", "Rose", "Jack", "Kate",
+          "Ruth", "Hugo", "Otto", "Zoe"]
+# X's r1's r2 is X's r: (r1, r2) -> r. Read "father sister" as "X's father's sister".
+KINSHIP_RULES = {
+    ("father", "father"): "grandfather", ("mother", "father"): "grandfather",
+    ("father", "mother"): "grandmother", ("mother", "mother"): "grandmother",
+    ("father", "sister"): "aunt", ("mother", "sister"): "aunt",
+    ("father", "brother"): "uncle", ("mother", "brother"): "uncle",
+    ("son", "son"): "grandson", ("daughter", "son"): "grandson",
+    ("son", "daughter"): "granddaughter", ("daughter", "daughter"): "granddaughter",
+    ("brother", "son"): "nephew", ("sister", "son"): "nephew",
+    ("brother", "daughter"): "niece", ("sister", "daughter"): "niece",
+    ("wife", "father"): "father-in-law", ("husband", "father"): "father-in-law",
+    ("wife", "mother"): "mother-in-law", ("husband", "mother"): "mother-in-law",
+    ("wife", "brother"): "brother-in-law", ("sister", "husband"): "brother-in-law",
+    ("husband", "sister"): "sister-in-law", ("brother", "wife"): "sister-in-law",
+    ("son", "wife"): "daughter-in-law", ("daughter", "husband"): "son-in-law",
+    ("sister", "father"): "father", ("brother", "mother"): "mother",  # order matters: see aunt
+    ("church", "sister"): "nun", ("church", "brother"): "monk", ("church", "father"): "priest",
+}
+# "The friend of my friend is my friend, the enemy of my enemy is my friend ...": an XOR.
+FRIEND_RULES = {("friend", "friend"): "friend", ("enemy", "enemy"): "friend",
+                ("friend", "enemy"): "enemy", ("enemy", "friend"): "enemy"}
+RULES = {**KINSHIP_RULES, **FRIEND_RULES}
+RELATIONS = list(dict.fromkeys([r for pair, out in RULES.items() for r in (*pair, out)]))
+VOCAB = PEOPLE + RELATIONS
+TOKEN = {word: i for i, word in enumerate(VOCAB)}
+SENTENCE_LENGTH = 4  # X r1 r2 Y
+Rules = dict[tuple[str, str], str]
+
+
+def _require_rules(name: str, rules: object) -> Rules:
+    """A non-empty dict {(r1, r2): r} over known relations."""
+    if not isinstance(rules, dict) or not rules:
+        raise TypeError(f"{name} must be a non-empty dict {{(r1, r2): r}}, got {type(rules).__name__}")
+    for pair, out in rules.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2) or not all(r in RELATIONS for r in (*pair, out)):
+            raise ValueError(f"{name} has an entry {pair!r}: {out!r} that is not (r1, r2): r over the "
+                             f"relations {RELATIONS}")
+    return rules
+
+
+def _require_people(name: str, people: object) -> list[str]:
+    if isinstance(people, str) or not isinstance(people, Sequence) or not people:
+        raise TypeError(f"{name} must be a non-empty list of names from PEOPLE, got {people!r}")
+    unknown = [p for p in people if p not in PEOPLE]
+    if unknown:
+        raise ValueError(f"{name} has names that are not in PEOPLE: {unknown}")
+    return list(people)
+
+
+def encode(words: Sequence[str]) -> Tensor:
+    """Token ids of a sentence such as ["John", "father", "sister", "Mary"]: (T,), int64."""
+    if isinstance(words, str) or not isinstance(words, Sequence):
+        raise TypeError(f"words must be a list of words, got {type(words).__name__}")
+    unknown = [w for w in words if w not in TOKEN]
+    if unknown:
+        raise ValueError(f"words has unknown words {unknown}: the vocabulary is PEOPLE + RELATIONS")
+    return torch.tensor([TOKEN[w] for w in words])
+
+
+def decode(ids: Tensor) -> list[str]:
+    """The words of token ids (T,)."""
+    require_integer("ids", ids, 1, 1)
+    require_token_ids("ids", ids[None], len(VOCAB))
+    return [VOCAB[int(i)] for i in ids]
+
+
+def composition_lookup(rules: Rules = RULES) -> Tensor:
+    """(V, V) table of token ids: [r1, r2] -> the id of r1 o r2, -1 where no rule applies."""
+    _require_rules("rules", rules)
+    lookup = torch.full((len(VOCAB), len(VOCAB)), -1)
+    for (a, b), c in rules.items():
+        lookup[TOKEN[a], TOKEN[b]] = TOKEN[c]
+    return lookup
+
+
+def rule_targets(ids: Tensor, rules: Rules = RULES) -> Tensor:
+    """Targets for sentences X r1 r2 Y: (B, 4) -> (B, 4) = X, r1 o r2, Y, IGNORE."""
+    require_token_ids("ids", ids, len(VOCAB))
+    if ids.shape[-1] != SENTENCE_LENGTH:
+        raise ValueError(f"ids must be sentences of {SENTENCE_LENGTH} tokens X r1 r2 Y, got shape {tuple(ids.shape)}")
+    lookup = composition_lookup(rules)
+    composed = lookup[ids[:, 1], ids[:, 2]]  # (B,)
+    if bool((composed < 0).any()):
+        r1, r2 = ids[composed < 0][0, 1:3].tolist()
+        raise ValueError(f"ids has the pair {VOCAB[r1]!r} {VOCAB[r2]!r}, which is not in the rules")
+    targets = ids.clone()
+    targets[:, 1] = composed  # the composed relation at r1's slot
+    targets[:, 2] = ids[:, 3]  # Y moves one to the left
+    targets[:, 3] = IGNORE  # four tokens in, three out
+    return targets
+
+
+def all_sentences(rules: Rules = RULES, people: Sequence[str] = PEOPLE) -> Tensor:
+    """Every sentence X r1 r2 Y over the rules and people: (len(rules) * P * P, 4), rule-major."""
+    _require_rules("rules", rules)
+    ids = torch.tensor([TOKEN[p] for p in _require_people("people", people)])
+    pairs = torch.tensor([[TOKEN[a], TOKEN[b]] for a, b in rules])  # (R, 2)
+    x, y = torch.cartesian_prod(ids, ids).unbind(-1)  # (P*P,) each
+    n = len(x)
+    return torch.cat([x.repeat(len(pairs))[:, None], pairs.repeat_interleave(n, 0),
+                      y.repeat(len(pairs))[:, None]], dim=1)  # (R*P*P, 4)
+
+
+def sentence_batch(rules: Rules, people: Sequence[str], batch: int = 128
+                   ) -> Callable[[torch.Generator], tuple[Tensor, Tensor]]:
+    """make_batch for train_tiny_model: `batch` random sentences (a rule, two people) and targets."""
+    _require_rules("rules", rules)
+    ids = torch.tensor([TOKEN[p] for p in _require_people("people", people)])
+    pairs = torch.tensor([[TOKEN[a], TOKEN[b]] for a, b in rules])  # (R, 2)
+    require_count("batch", batch)
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        rule = torch.randint(len(pairs), (batch,), generator=generator)
+        x, y = ids[torch.randint(len(ids), (2, batch), generator=generator)]  # (B,) each
+        sentences = torch.cat([x[:, None], pairs[rule], y[:, None]], dim=1)  # (B, 4)
+        return sentences, rule_targets(sentences, rules)
+
+    return make_batch
+
+
+# ---------------------------------------------------------------- the hand-set model
+
+def handset_layout() -> dict[str, slice]:
+    """The slices of the hand-set residual row: tokens, positions, mix, copied (see the docstring)."""
+    V, P, R = len(VOCAB), SENTENCE_LENGTH, len(RELATIONS)
+    return {"tokens": slice(0, V), "positions": slice(V, V + P), "mix": slice(V + P, V + P + R),
+            "copied": slice(V + P + R, 2 * V + P + R)}
+
+
+def composition_head(gap: float = 20.0) -> Attention:
+    """The seed's head: the query at r1 (position 1) attends to positions 1 and 2 equally.
+
+    Scores: query 1 -> key 1 and key 2: gap, every other key: 0; other queries score 0
+    everywhere (uniform weights). The value of a relation token is its one-hot code in `mix`
+    (people give 0), so the output at position 1 is alpha e(r1) + beta e(r2) with
+    alpha = beta = e^gap / (2 e^gap + 2), about 1/2. Attention(D, bias=True), frozen.
+    """
+    gap = require_number("gap", gap, non_negative=True)
+    layout = handset_layout()
+    D = layout["copied"].stop
+    head = Attention(D, bias=True)
+    p0, m0 = layout["positions"].start, layout["mix"].start
+    with torch.no_grad():
+        for linear in (head.query, head.key, head.value, head.out):
+            linear.weight.zero_()
+            linear.bias.zero_()
+        head.query.weight[p0 + 1, p0 + 1] = gap * math.sqrt(D)  # the layer divides by sqrt(d_k)
+        head.key.weight[p0 + 1, p0 + 1] = head.key.weight[p0 + 1, p0 + 2] = 1.0  # "I am r1 or r2"
+        for i, relation in enumerate(RELATIONS):
+            head.value.weight[m0 + i, TOKEN[relation]] = 1.0  # a relation's value: its code in mix
+            head.out.weight[m0 + i, m0 + i] = 1.0
+    return head.requires_grad_(False)
+
+
+def composition_readout(rules: Rules = RULES, alpha: float = 0.5) -> Tensor:
+    """Hand-set unembedding (V, D): logit of relation r = [r1 in A_r] + [r2 in B_r].
+
+    A_r, B_r: the first and second relations of the rules that give r. At position 1 the row
+    holds e(r1) in `tokens` (the residual) and alpha e(r1) + alpha e(r2) in `mix`; so
+    sum_b (mix_b / alpha - tokens_b) over b in B_r is [r2 in B_r]. People: 3 [copied = person]
+    + 2 [token = person] (Y at position 2, X at position 0). Rows of unused relations are 0.
+    """
+    _require_rules("rules", rules)
+    alpha = require_number("alpha", alpha, positive=True)
+    layout = handset_layout()
+    tok, mix, copied = (layout[k].start for k in ("tokens", "mix", "copied"))
+    unembed = torch.zeros(len(VOCAB), layout["copied"].stop)
+    for out in dict.fromkeys(rules.values()):
+        firsts = {a for (a, b), c in rules.items() if c == out}
+        seconds = {b for (a, b), c in rules.items() if c == out}
+        for a in firsts:
+            unembed[TOKEN[out], tok + TOKEN[a]] += 1.0
+        for b in seconds:
+            unembed[TOKEN[out], mix + RELATIONS.index(b)] += 1.0 / alpha
+            unembed[TOKEN[out], tok + TOKEN[b]] -= 1.0
+    for person in PEOPLE:
+        unembed[TOKEN[person], copied + TOKEN[person]] = 3.0
+        unembed[TOKEN[person], tok + TOKEN[person]] = 2.0
+    return unembed
+
+
+def handset_model(rules: Rules = RULES, gap: float = 20.0, dtype: torch.dtype = torch.float32) -> TinyModel:
+    """A two-layer TinyModel (no MLP) with every weight set by hand, no training.
+
+    Layer 1: composition_head; layer 2: lesson 06's position_copy_head (query i copies the
+    token at i + 1 into `copied`); one-hot token and position embeddings; read-out
+    composition_readout(rules). ids (B, 4) -> logits (B, 4, V) in `dtype` (float32: every
+    weight is 0, 1, a small integer or 1/alpha, so float32 gives the same answers, twice as fast).
+    """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    layout = handset_layout()
+    D = layout["copied"].stop
+    model = TinyModel(TinyConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=D, causal=False,
+                                 n_layers=2, d_ff=0))
+    copy = position_copy_head(D, 1, layout["tokens"], layout["positions"], layout["copied"], gap=gap, bias=True)
+    with torch.no_grad():
+        model.tokens.weight.copy_(torch.eye(len(VOCAB), D))  # token i -> coordinate i
+        model.positions.table.weight.zero_()
+        model.positions.table.weight[:, layout["positions"]] = torch.eye(SENTENCE_LENGTH)  # position p -> V + p
+        model.layers[0].attention.load_state_dict(composition_head(gap).state_dict())
+        model.layers[1].attention.load_state_dict(copy.state_dict())
+        model.readout.weight.copy_(composition_readout(rules))
+        model.readout.bias.zero_()
+    return model.to(dtype).requires_grad_(False)
+
+
+
+def friend_enemy_model(gap: float = 10.0) -> TinyModel:
+    """A one-layer attention-only TinyModel, set by hand, that fits the friend/enemy XOR.
+
+    The weights of the query at r1 depend on the tokens: friend attends to r2; enemy attends
+    to r2 when r2 is enemy and to itself when r2 is friend (scores 3 gap vs 2 gap vs gap). The
+    value writes a vote (+1 friend, -1 enemy, -3 more from position 1) into the last coordinate;
+    the read-out gives friend - enemy = vote + 2 [query is enemy], so the sign is the table's.
+    Only the relation slot (position 1) is meaningful. Layout: tokens (V), positions (4), vote (1).
+    ids (B, 4) -> logits (B, 4, V), float64.
+    """
+    gap = require_number("gap", gap, positive=True)
+    V, P = len(VOCAB), SENTENCE_LENGTH
+    D = V + P + 1
+    vote, friend, enemy = D - 1, TOKEN["friend"], TOKEN["enemy"]
+    model = TinyModel(TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=False, n_layers=1, d_ff=0))
+    head = model.attention
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.tokens.weight[:, :V] = torch.eye(V)
+        model.positions.table.weight[:, V:V + P] = torch.eye(P)
+        sharp = gap * math.sqrt(D)  # the layer divides by sqrt(d_k) = sqrt(D)
+        # key feature 0: "I am at position 2"; key feature 1: "I am enemy"
+        head.key.weight[0, V + 2] = head.key.weight[1, enemy] = 1.0
+        head.query.weight[0, friend] = head.query.weight[0, enemy] = sharp  # both ask for position 2
+        head.query.weight[1, enemy] = 2 * sharp  # enemy also asks for enemy, twice as hard
+        head.value.weight[0, friend], head.value.weight[0, enemy] = 1.0, -1.0
+        head.value.weight[0, V + 1] = -3.0  # attending to position 1 (itself) votes -3 more
+        head.out.weight[vote, 0] = 1.0
+        model.readout.weight[friend, vote], model.readout.weight[enemy, vote] = 0.5, -0.5
+        model.readout.weight[friend, enemy], model.readout.weight[enemy, enemy] = 1.0, -1.0
+        model.readout.bias[[friend, enemy]] = 10.0  # above every other token
+    return model.double().requires_grad_(False)
+
+# ---------------------------------------------------------------- trained models
+
+# Held out of training: five compositions (each output is still seen from its twin rule) and
+# four people (never in a training sentence).
+HELD_OUT_RULES = [("mother", "brother"), ("daughter", "daughter"), ("husband", "mother"),
+                  ("sister", "daughter"), ("mother", "father")]
+TRAIN_RULES = {pair: out for pair, out in RULES.items() if pair not in HELD_OUT_RULES}
+HELD_RULES = {pair: RULES[pair] for pair in HELD_OUT_RULES}
+TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:12], PEOPLE[12:]
+
+
+def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_PEOPLE,
+                     d_model: int = 24, d_ff: int = 96, content: bool = True, steps: int = 250,
+                     lr: float = 0.015, batch: int = 64, seed: int = 0) -> TinyModel:
+    """Train a one-layer bidirectional TinyModel (float64) to rewrite X r1 r2 Y as X r Y.
+
+    d_ff = 0: attention only. content=False freezes the head's query and key at zero: every
+    query then gives every key the weight 1/4, whatever the tokens (the seed's mix with fixed
+    alpha, beta). ids (B, 4) -> logits (B, 4, V).
+    """
+    _require_rules("rules", rules)
+    _require_people("people", people)
+    if not isinstance(content, bool):
+        raise TypeError(f"content must be True or False, got {content!r}")
+    config = TinyConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=d_model, causal=False,
+                        n_layers=1, d_ff=d_ff, seed=seed)
+    model = TinyModel(config).double()
+    if not content:
+        for linear in (model.attention.query, model.attention.key):
+            linear.requires_grad_(False)
+            nn.init.zeros_(linear.weight)
+            nn.init.zeros_(linear.bias)
+    train_tiny_model(model, sentence_batch(rules, people, batch), steps, lr, seed)
+    return model
+
+
+@torch.no_grad()
+def slot_accuracy(model: TinyModel, rules: Rules = RULES, people: Sequence[str] = PEOPLE) -> Tensor:
+    """Share of right answers at the three output slots (X, r, Y) over every sentence: (3,), float64."""
+    if not isinstance(model, TinyModel):
+        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    ids = all_sentences(rules, people)  # (N, 4)
+    right = model(ids).argmax(-1) == rule_targets(ids, rules)  # (N, 4)
+    return right[:, :3].double().mean(0)
+
+
+@torch.no_grad()
+def xor_residue(model: TinyModel, people: Sequence[str] = PEOPLE) -> Tensor:
+    """D(f, f) + D(e, e) - D(f, e) - D(e, f) for every X, Y: (P * P,), float64.
+
+    D(r1, r2) = logit(friend) - logit(enemy) at the relation slot. Where D is a sum
+    F(r1) + G(r2) (any fixed mix of the two relations), the residue is 0; the friend/enemy
+    table needs D(f, f), D(e, e) > 0 > D(f, e), D(e, f), so a residue > 0.
+    """
+    if not isinstance(model, TinyModel):
+        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    ids = all_sentences(FRIEND_RULES, people)  # rules in order ff, ee, fe, ef
+    logits = model(ids)[:, 1].double()  # (4 * P * P, V)
+    gap = (logits[:, TOKEN["friend"]] - logits[:, TOKEN["enemy"]]).view(4, -1)  # (4, P*P)
+    return gap[0] + gap[1] - gap[2] - gap[3]
+
+
+# ---------------------------------------------------------------- capacity
+
+def capacity_curve(d_models: Sequence[int], n_relations: int = 48, ff_factor: int = 4,
+                   seed: int = 0) -> Tensor:
+    """How many random rules one layer stores, at each width d_model: (len(d_models),), int64.
+
+    A random table maps each of the n_relations^2 pairs (r1, r2) to one of n_relations answers.
+    The layer's input is the mix of the two relations with values that keep their slots apart,
+    [e(r1), e(r2)] (random embeddings of width d_model); its MLP has d_ff = ff_factor * d_model
+    random hidden units; its output weights are solved by least squares (float64) for the
+    one-hot answers. A rule is stored when the largest output is its answer. Chance alone gets
+    about n_relations of them.
+    """
+    if isinstance(d_models, (str, bytes)) or not isinstance(d_models, Sequence) or not d_models:
+        raise TypeError(f"d_models must be a non-empty list of widths, got {d_models!r}")
+    for d in d_models:
+        require_count("d_models entry", d)
+    require_count("n_relations", n_relations, minimum=2)
+    require_count("ff_factor", ff_factor)
+    require_count("seed", seed, minimum=0)
+    gen = torch.Generator().manual_seed(seed)
+    answers = torch.randint(n_relations, (n_relations, n_relations), generator=gen)  # the random table
+    r1, r2 = torch.cartesian_prod(torch.arange(n_relations), torch.arange(n_relations)).unbind(-1)  # (N,)
+    wanted = answers[r1, r2]  # (N,)
+    stored = []
+    for d in d_models:
+        embed = torch.randn(n_relations, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+        mixed = torch.cat([embed[r1], embed[r2]], dim=1)  # (N, 2d)
+        w_in = torch.randn(2 * d, ff_factor * d, generator=gen, dtype=torch.float64)
+        b_in = torch.randn(ff_factor * d, generator=gen, dtype=torch.float64)
+        hidden = torch.relu(mixed @ w_in + b_in)  # (N, d_ff)
+        hidden = torch.cat([hidden, torch.ones(len(hidden), 1, dtype=torch.float64)], dim=1)  # + a bias
+        one_hot = nn.functional.one_hot(wanted, n_relations).double()  # (N, n_relations)
+        w_out = torch.linalg.lstsq(hidden, one_hot, driver="gelsd").solution  # (d_ff + 1, n_relations)
+        stored.append(int(((hidden @ w_out).argmax(-1) == wanted).sum()))
+    return torch.tensor(stored)
+
+
+def fit_power_law(x: Tensor, y: Tensor) -> tuple[float, float]:
+    """(a, p) of the least-squares line log y = log a + p log x; x, y: (n,) positive, n >= 2."""
+    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    if x.dim() != 1 or x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {tuple(x.shape)} "
+                         f"and {tuple(y.shape)}")
+    if bool((x <= 0).any()) or bool((y <= 0).any()):
+        raise ValueError("x and y must be positive (their logarithms are fitted)")
+    design = torch.stack([torch.ones_like(x), x.log()], dim=1)  # (n, 2)
+    intercept, slope = torch.linalg.lstsq(design, y.log()[:, None]).solution[:, 0].tolist()
+    return math.exp(intercept), slope

@@ -1,0 +1,79 @@
+"""Lesson 07 widget: pick a sentence, a model and a layer; each query's attention and the output."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Sequence
+
+import ipywidgets as widgets
+import torch
+
+from ..logic_rules import RELATIONS, TOKEN, VOCAB, encode, rule_targets
+from ..masks import TinyModel
+from ..plots import svg_heatmap
+from . import LiveView, row
+
+
+def sentence_widget(models: dict[str, TinyModel], sentences: Sequence[Sequence[str]]) -> LiveView:
+    """Controls: a sentence X r1 r2 Y, a model (name -> TinyModel) and one of its layers.
+
+    Shows that layer's attention (query rows, key columns), the model's output at each slot
+    against the rule table's, and the three most likely relations at r1's slot. Everything is
+    computed once here; a redraw only formats it.
+    """
+    if not isinstance(models, dict) or not models or not all(isinstance(m, TinyModel) for m in models.values()):
+        raise TypeError("models must be a non-empty dict of name -> TinyModel")
+    if not sentences:
+        raise ValueError("sentences must hold at least one sentence X r1 r2 Y")
+    labels = [" ".join(s) for s in sentences]
+    ids = torch.stack([encode(s) for s in sentences])  # (N, 4)
+    wanted = rule_targets(ids)  # (N, 4)
+    relation_ids = torch.tensor([TOKEN[r] for r in RELATIONS])
+    seen = {}
+    with torch.no_grad():
+        for name, model in models.items():
+            logits = model(ids).double()  # (N, 4, V)
+            weights = [w.double() for w in model.layer_weights]  # n_layers x (N, 4, 4)
+            at_r = logits[:, 1, relation_ids].softmax(-1)  # (N, R): the relation slot, relations only
+            top = at_r.topk(3, dim=-1)
+            seen[name] = (weights, logits.argmax(-1), top)
+
+    def render(sentence: str, model: str, layer: int) -> str:
+        n = labels.index(sentence)
+        weights, predicted, top = seen[model]
+        layer = min(layer, len(weights))
+        words = sentences[n]
+        out = [VOCAB[int(i)] for i in predicted[n, :3]]
+        target = [VOCAB[int(i)] for i in wanted[n, :3]]
+        marks = "".join(
+            f"<td style='padding:2px 8px;color:{'#1a7f37' if o == t else '#c62828'}'>{escape(o)}</td>"
+            for o, t in zip(out, target))
+        ranked = ", ".join(f"{escape(RELATIONS[int(i)])} {float(p):.2f}"
+                           for p, i in zip(top.values[n], top.indices[n]))
+        table = ("<table style='border-collapse:collapse'><tr><td>input</td>"
+                 + "".join(f"<td style='padding:2px 8px'>{escape(w)}</td>" for w in words)
+                 + "</tr><tr><td>output</td>" + marks + "</tr><tr><td>rule table</td>"
+                 + "".join(f"<td style='padding:2px 8px'>{escape(t)}</td>" for t in target)
+                 + "</tr></table>")
+        readout = (f"<p>{table}Relation slot (query at <b>{escape(words[1])}</b>), most likely "
+                   f"relations: {ranked}. Green: the rule table's answer; red: not.</p>")
+        keys = [f"{i}:{w}" for i, w in enumerate(words)]
+        return readout + row(svg_heatmap(weights[layer - 1][n], keys, keys,
+                                         f"{model}: layer {layer} attention", cell=46,
+                                         highlight_row=1, row_axis="query", col_axis="key"))
+
+    names = list(models)
+    depth = {name: len(seen[name][0]) for name in names}
+    model_choice = widgets.Dropdown(options=names, value=names[0], description="model")
+    layer = widgets.IntSlider(value=1, min=1, max=depth[names[0]], description="layer")
+
+    def keep_layer_in_range(change: dict) -> None:  # registered before LiveView's redraw
+        layer.max = max(depth[change["new"]], 1)
+
+    model_choice.observe(keep_layer_in_range, names="value")
+    return LiveView({
+        "sentence": widgets.Dropdown(options=labels, value=labels[0], description="sentence",
+                                     layout=widgets.Layout(width="330px")),
+        "model": model_choice,
+        "layer": layer,
+    }, render)

@@ -1,0 +1,361 @@
+"""Lesson 07: the relation world, the hand-set heads, trained models and the capacity curve,
+checked against independent computations (plain Python loops over the rule table)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from course_lib.logic_rules import (
+    FRIEND_RULES, HELD_RULES, KINSHIP_RULES, NEW_PEOPLE, PEOPLE, RELATIONS, RULES, TOKEN, TRAIN_PEOPLE,
+    TRAIN_RULES, VOCAB, all_sentences, capacity_curve, composition_head, composition_lookup,
+    composition_readout, decode, encode, fit_power_law, friend_enemy_model, handset_layout, handset_model,
+    rule_targets, sentence_batch, slot_accuracy, train_rule_model, xor_residue)
+from course_lib.masks import IGNORE, TinyConfig, TinyModel
+from exercise_harness import outcome
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and on a busy machine, far faster)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def targets_by_loop(sentence: list[str], rules: dict) -> list[str | None]:
+    """X r1 r2 Y -> X, r1 o r2, Y, None, read from the dict one sentence at a time."""
+    x, r1, r2, y = sentence
+    return [x, rules[(r1, r2)], y, None]
+
+
+# ---------------------------------------------------------------- the relation world
+
+def test_the_rule_table_has_at_least_a_dozen_kinship_rules_and_order_matters():
+    assert len(KINSHIP_RULES) >= 12
+    assert KINSHIP_RULES[("father", "sister")] == "aunt" and KINSHIP_RULES[("sister", "father")] == "father"
+    assert KINSHIP_RULES[("church", "sister")] == "nun" and KINSHIP_RULES[("father", "father")] == "grandfather"
+    assert set(FRIEND_RULES.values()) == {"friend", "enemy"}
+    assert VOCAB == PEOPLE + RELATIONS and len(set(VOCAB)) == len(VOCAB)
+    assert set(HELD_RULES) | set(TRAIN_RULES) == set(RULES) and not set(HELD_RULES) & set(TRAIN_RULES)
+    assert set(TRAIN_PEOPLE) | set(NEW_PEOPLE) == set(PEOPLE) and not set(TRAIN_PEOPLE) & set(NEW_PEOPLE)
+    # every held-out answer is still an answer of a training rule (else no model could know it)
+    assert set(HELD_RULES.values()) <= set(TRAIN_RULES.values())
+
+
+def test_encode_and_decode_are_inverse():
+    words = ["John", "father", "sister", "Mary"]
+    assert decode(encode(words)) == words
+    assert encode(words).tolist() == [VOCAB.index(w) for w in words]
+
+
+def test_rule_targets_match_the_dict_for_every_sentence():
+    ids = all_sentences(RULES, PEOPLE[:5])
+    got = rule_targets(ids)
+    for row, target in zip(ids, got):
+        want = targets_by_loop(decode(row), RULES)
+        assert [VOCAB[i] for i in target[:3].tolist()] == want[:3]
+        assert int(target[3]) == IGNORE
+
+
+def test_all_sentences_lists_every_rule_and_pair_of_people_once():
+    people = PEOPLE[:4]
+    ids = all_sentences(KINSHIP_RULES, people)
+    seen = {tuple(decode(row)) for row in ids}
+    want = {(x, a, b, y) for (a, b) in KINSHIP_RULES for x in people for y in people}
+    assert len(ids) == len(want) and seen == want
+
+
+def test_composition_lookup_holds_every_rule_and_minus_one_elsewhere():
+    lookup = composition_lookup(RULES)
+    for a, b in itertools.product(VOCAB, VOCAB):
+        want = TOKEN[RULES[(a, b)]] if (a, b) in RULES else -1
+        assert int(lookup[TOKEN[a], TOKEN[b]]) == want
+
+
+def test_sentence_batch_draws_valid_sentences_with_their_targets():
+    make = sentence_batch(TRAIN_RULES, TRAIN_PEOPLE, batch=50)
+    ids, targets = make(torch.Generator().manual_seed(3))
+    assert ids.shape == targets.shape == (50, 4)
+    for row, target in zip(ids, targets):
+        x, r1, r2, y = decode(row)
+        assert x in TRAIN_PEOPLE and y in TRAIN_PEOPLE and (r1, r2) in TRAIN_RULES
+        assert [VOCAB[i] for i in target[:3].tolist()] == targets_by_loop([x, r1, r2, y], RULES)[:3]
+    again, _ = make(torch.Generator().manual_seed(3))
+    assert torch.equal(ids, again)  # seeded
+
+
+# ---------------------------------------------------------------- hand-set heads
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_handset_model_is_right_at_every_slot_of_every_sentence(dtype):
+    model = handset_model(KINSHIP_RULES, dtype=dtype)
+    ids = all_sentences(KINSHIP_RULES, PEOPLE)  # every rule, every X, every Y
+    with torch.no_grad():
+        predicted = model(ids).argmax(-1)
+    wanted = rule_targets(ids, KINSHIP_RULES)
+    assert bool((predicted[:, :3] == wanted[:, :3]).all())
+
+
+def test_handset_logits_are_membership_counts_computed_by_loop():
+    """logit(r) at r1's slot = [r1 in A_r] + [r2 in B_r], A_r / B_r the rules' first / second relations."""
+    model = handset_model(KINSHIP_RULES, dtype=torch.float64)
+    ids = all_sentences(KINSHIP_RULES, PEOPLE[:2])
+    with torch.no_grad():
+        logits = model(ids)[:, 1]  # (N, V)
+    for row, got in zip(ids, logits):
+        _, r1, r2, _ = decode(row)
+        for out in set(KINSHIP_RULES.values()):
+            firsts = {a for (a, b), c in KINSHIP_RULES.items() if c == out}
+            seconds = {b for (a, b), c in KINSHIP_RULES.items() if c == out}
+            assert abs(float(got[TOKEN[out]]) - ((r1 in firsts) + (r2 in seconds))) < 1e-6
+
+
+def test_composition_head_writes_half_of_each_relation_code_into_mix():
+    head = composition_head().double()
+    layout = handset_layout()
+    D, mix = layout["copied"].stop, layout["mix"]
+    ids = all_sentences(KINSHIP_RULES, PEOPLE[:3])
+    x = torch.zeros(len(ids), 4, D, dtype=torch.float64)
+    x[torch.arange(len(ids))[:, None], torch.arange(4), ids] = 1.0  # one-hot tokens
+    x[:, torch.arange(4), layout["positions"].start + torch.arange(4)] = 1.0  # one-hot positions
+    out, weights = head(x)
+    for row, got in zip(ids, out[:, 1, mix]):
+        want = torch.zeros(len(RELATIONS), dtype=torch.float64)
+        for word in decode(row)[1:3]:
+            want[RELATIONS.index(word)] += 0.5
+        torch.testing.assert_close(got, want, atol=1e-8, rtol=0)
+    assert float((weights[:, 1, 1:3] - 0.5).abs().max()) < 1e-8
+
+
+def test_a_broken_handset_model_fails():
+    ids = all_sentences(KINSHIP_RULES, PEOPLE)
+    wanted = rule_targets(ids, KINSHIP_RULES)
+    flat = handset_model(KINSHIP_RULES, gap=0.0)  # no score gap: uniform attention, no copy
+    assert float((flat(ids).argmax(-1)[:, 2] == wanted[:, 2]).double().mean()) < 0.5
+    swapped = handset_model(KINSHIP_RULES)  # read r2 as the first relation: order is lost
+    with torch.no_grad():
+        reversed_rules = {(b, a): c for (a, b), c in KINSHIP_RULES.items() if (b, a) not in KINSHIP_RULES}
+        swapped.readout.weight.copy_(composition_readout({**reversed_rules}))
+    assert float((swapped(ids).argmax(-1)[:, 1] == wanted[:, 1]).double().mean()) < 0.5
+
+
+def test_the_handset_readout_cannot_fit_the_xor_but_the_content_head_can():
+    ids = all_sentences(FRIEND_RULES, PEOPLE)
+    wanted = rule_targets(ids, FRIEND_RULES)[:, 1]
+    additive = handset_model(RULES)
+    assert float((additive(ids).argmax(-1)[:, 1] == wanted).double().mean()) == 0.5
+    content = friend_enemy_model()
+    assert bool((content(ids).argmax(-1)[:, 1] == wanted).all())
+    weak = friend_enemy_model(gap=0.1)  # scores too close: the weights barely depend on the tokens
+    assert float((weak(ids).argmax(-1)[:, 1] == wanted).double().mean()) < 1
+
+
+def test_xor_residue_is_zero_for_a_fixed_mix_and_matches_a_direct_computation():
+    model = TinyModel(TinyConfig(vocab_size=len(VOCAB), max_len=4, d_model=8, causal=False, seed=4)).double()
+    with torch.no_grad():
+        for linear in (model.attention.query, model.attention.key):
+            linear.weight.zero_()
+            linear.bias.zero_()
+    assert float(xor_residue(model).abs().max()) < 1e-10
+    content = friend_enemy_model()
+    got = xor_residue(content, PEOPLE[:3])
+    gaps = {}
+    for a, b in FRIEND_RULES:
+        with torch.no_grad():
+            logits = content(encode(["John", a, b, "John"])[None])[0, 1]
+        gaps[(a, b)] = float(logits[TOKEN["friend"]] - logits[TOKEN["enemy"]])
+    want = gaps[("friend", "friend")] + gaps[("enemy", "enemy")] - gaps[("friend", "enemy")] - gaps[("enemy", "friend")]
+    assert abs(float(got[0]) - want) < 1e-9 and want > 1
+
+
+# ---------------------------------------------------------------- trained models
+
+def test_attention_plus_mlp_learns_every_training_sentence_and_no_new_person():
+    model = train_rule_model(d_ff=96)
+    assert bool((slot_accuracy(model, TRAIN_RULES, TRAIN_PEOPLE) == 1).all())
+    new = slot_accuracy(model, TRAIN_RULES, NEW_PEOPLE)
+    assert float(new[1]) > 0.95 and float(new[0]) < 0.05 and float(new[2]) < 0.05
+    assert float(slot_accuracy(model, HELD_RULES, TRAIN_PEOPLE)[1]) < 0.7
+
+
+def test_a_fixed_mix_keeps_its_zero_query_and_key_and_gets_at_most_three_xor_rules():
+    model = train_rule_model(d_ff=0, content=False, steps=60)
+    assert float(model.attention.query.weight.abs().max()) == 0 and float(model.attention.key.weight.abs().max()) == 0
+    assert float(xor_residue(model, TRAIN_PEOPLE).abs().max()) < 1e-9
+    assert float(slot_accuracy(model, FRIEND_RULES, TRAIN_PEOPLE)[1]) <= 0.75
+
+
+def test_slot_accuracy_counts_right_answers_by_loop():
+    model = handset_model(KINSHIP_RULES)
+    with torch.no_grad():  # break the copy of Y for the people whose id is even
+        model.readout.weight[[TOKEN[p] for p in PEOPLE[::2]]] = 0.0
+    got = slot_accuracy(model, KINSHIP_RULES, PEOPLE[:4])
+    ids = all_sentences(KINSHIP_RULES, PEOPLE[:4])
+    with torch.no_grad():
+        predicted = model(ids).argmax(-1).tolist()
+    right = [0, 0, 0]
+    for row, said in zip(ids, predicted):
+        want = targets_by_loop(decode(row), KINSHIP_RULES)
+        for slot in range(3):
+            right[slot] += VOCAB[said[slot]] == want[slot]
+    torch.testing.assert_close(got, torch.tensor(right, dtype=torch.float64) / len(ids))
+    assert float(got[2]) == 0.5
+
+
+# ---------------------------------------------------------------- capacity
+
+def test_capacity_with_more_hidden_units_than_rules_stores_every_rule():
+    stored = capacity_curve([16], n_relations=6, ff_factor=4)  # 64 hidden units, 36 rules
+    assert stored.tolist() == [36]
+
+
+def test_capacity_curve_counts_are_in_range_and_grow_with_width():
+    stored = capacity_curve([2, 8, 32], n_relations=20)
+    assert stored.dtype == torch.int64 and bool(((stored >= 0) & (stored <= 400)).all())
+    assert bool((stored[1:] > stored[:-1]).all())
+    assert torch.equal(stored, capacity_curve([2, 8, 32], n_relations=20))  # seeded
+
+
+def test_fit_power_law_recovers_a_and_p():
+    x = torch.tensor([1.0, 2.0, 5.0, 10.0, 40.0], dtype=torch.float64)
+    a, p = fit_power_law(x, 3.0 * x**0.7)
+    assert a == pytest.approx(3.0, rel=1e-10) and p == pytest.approx(0.7, rel=1e-10)
+    noisy = 2.0 * x**1.5 * torch.tensor([1.1, 0.9, 1.05, 0.95, 1.0], dtype=torch.float64)
+    a, p = fit_power_law(x, noisy)
+    logs = torch.stack([torch.ones(5, dtype=torch.float64), x.double().log()], 1)
+    want = torch.linalg.pinv(logs) @ noisy.double().log()
+    assert math.log(a) == pytest.approx(float(want[0]), abs=1e-10) and p == pytest.approx(float(want[1]), abs=1e-10)
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda: encode(["John", "cousin"]), ValueError, "words"),
+    (lambda: encode("John father"), TypeError, "words"),
+    (lambda: decode(torch.tensor([[1, 2]])), ValueError, "ids"),
+    (lambda: decode(torch.tensor([1, 999])), ValueError, "ids"),
+    (lambda: rule_targets(torch.tensor([[0, 1, 2, 999]])), ValueError, "ids"),
+    (lambda: rule_targets(torch.tensor([[0, 1, 2]])), ValueError, "ids"),
+    (lambda: rule_targets(torch.zeros(2, 4)), TypeError, "ids"),
+    (lambda: rule_targets(encode(["John", "father", "cousin", "Mary"])[None]), ValueError, "words"),
+    (lambda: rule_targets(encode(["John", "son", "church", "Mary"])[None]), ValueError, "not in the rules"),
+    (lambda: rule_targets(encode(["John", "father", "sister", "Mary"])[None], {}), TypeError, "rules"),
+    (lambda: all_sentences({("father", "cousin"): "aunt"}), ValueError, "rules"),
+    (lambda: all_sentences(RULES, ["Bob"]), ValueError, "people"),
+    (lambda: all_sentences(RULES, "John"), TypeError, "people"),
+    (lambda: sentence_batch(RULES, PEOPLE, batch=0), ValueError, "batch"),
+    (lambda: composition_head(gap=-1.0), ValueError, "gap"),
+    (lambda: composition_readout(alpha=0), ValueError, "alpha"),
+    (lambda: handset_model(dtype=torch.int64), TypeError, "dtype"),
+    (lambda: friend_enemy_model(gap=0), ValueError, "gap"),
+    (lambda: train_rule_model(content="yes"), TypeError, "content"),
+    (lambda: train_rule_model(d_model=0), ValueError, "d_model"),
+    (lambda: slot_accuracy("model"), TypeError, "model"),
+    (lambda: xor_residue(None), TypeError, "model"),
+    (lambda: capacity_curve([]), TypeError, "d_models"),
+    (lambda: capacity_curve([4, 0]), ValueError, "d_models"),
+    (lambda: capacity_curve([4], n_relations=1), ValueError, "n_relations"),
+    (lambda: fit_power_law(torch.tensor([1.0, 2.0]), torch.tensor([1.0, -2.0])), ValueError, "positive"),
+    (lambda: fit_power_law(torch.tensor([1.0]), torch.tensor([1.0])), ValueError, "x and y"),
+])
+def test_bad_input_is_refused_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+# ---------------------------------------------------------------- widget
+
+def test_widget_redraws_fast_and_keeps_the_layer_in_range():
+    from course_lib.widgets.logic_rules import sentence_widget
+
+    fixed = train_rule_model(d_ff=0, content=False, steps=5)
+    view = sentence_widget({"hand-set": handset_model(), "fixed": fixed},
+                           [["John", "father", "sister", "Mary"], ["Tom", "enemy", "enemy", "Kate"]])
+    controls = view.controls
+    controls["layer"].value = 2
+    controls["model"].value = "fixed"
+    assert controls["layer"].max == 1 and controls["layer"].value == 1
+    controls["sentence"].value = controls["sentence"].options[1]
+    controls["model"].value = "hand-set"
+    assert controls["layer"].max == 2
+    assert "aunt" in view.first_view and not view.errors.outputs
+    assert max(view.timings_ms) < 50
+
+
+# ---------------------------------------------------------------- exercise set 07: known-wrong answers
+
+SET = "07_logic_rules"
+
+_UNEMBED = ("def composition_unembedding(rules, relations, alpha):\n"
+            "    n = len(relations)\n    u = torch.zeros(n, 2 * n, dtype=torch.float64)\n"
+            "    for (a, b), c in rules.items():\n        r = relations.index(c)\n"
+            "        u[r, relations.index(a)] = 1.0\n"
+            "        u[r, n + relations.index(b)] = {mix}\n"
+            "{correction}"
+            "    return u")
+
+MUTANTS = {
+    "compose_targets": {
+        "relations looked up in the wrong order": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                                                  "    t[:, 1] = lookup[ids[:, 2], ids[:, 1]]\n"
+                                                  "    t[:, 2] = ids[:, 3]\n    t[:, 3] = -100\n    return t",
+        "Y not moved": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                       "    t[:, 1] = lookup[ids[:, 1], ids[:, 2]]\n    return t",
+        "no IGNORE at position 3": "def compose_targets(ids, lookup):\n    t = ids.clone()\n"
+                                   "    t[:, 1] = lookup[ids[:, 1], ids[:, 2]]\n    t[:, 2] = ids[:, 3]\n    return t",
+    },
+    "composition_unembedding": {
+        "multiplies by alpha": _UNEMBED.format(mix="alpha", correction="        u[r, relations.index(b)] -= 1.0\n"),
+        "no correction for alpha e(r1)": _UNEMBED.format(mix="1.0 / alpha", correction=""),
+        "assigns where it must add": _UNEMBED.format(mix="1.0 / alpha",
+                                                     correction="        u[r, relations.index(b)] = -1.0\n"),
+        "first and second relations swapped": "def composition_unembedding(rules, relations, alpha):\n"
+                                              "    n = len(relations)\n    u = torch.zeros(n, 2 * n, dtype=torch.float64)\n"
+                                              "    for c in set(rules.values()):\n        r = relations.index(c)\n"
+                                              "        for b in {b for (a, b), o in rules.items() if o == c}:\n"
+                                              "            u[r, relations.index(b)] += 1.0\n"
+                                              "        for a in {a for (a, b), o in rules.items() if o == c}:\n"
+                                              "            u[r, n + relations.index(a)] += 1.0 / alpha\n"
+                                              "            u[r, relations.index(a)] -= 1.0\n    return u",
+    },
+    "xor_squares": {
+        "every square counted four times": "def xor_squares(table):\n    n, m = table.shape\n    count = 0\n"
+                                           "    for i, k in itertools.permutations(range(n), 2):\n"
+                                           "        for j, l in itertools.permutations(range(m), 2):\n"
+                                           "            c, d = int(table[i, j]), int(table[i, l])\n"
+                                           "            count += c != d and int(table[k, l]) == c and int(table[k, j]) == d\n"
+                                           "    return int(count)",
+        "off-diagonal cells not compared": "def xor_squares(table):\n    n, m = table.shape\n    count = 0\n"
+                                           "    for i, k in itertools.combinations(range(n), 2):\n"
+                                           "        for j, l in itertools.combinations(range(m), 2):\n"
+                                           "            c = int(table[i, j])\n"
+                                           "            count += (int(table[k, l]) == c and int(table[i, l]) != c\n"
+                                           "                      and int(table[k, j]) != c)\n"
+                                           "    return int(count)",
+    },
+    "power_law_fit": {
+        "fits y against x": "def power_law_fit(x, y):\n    design = torch.stack([torch.ones_like(x), x], 1)\n"
+                            "    c, p = torch.linalg.lstsq(design, y[:, None]).solution[:, 0].tolist()\n    return c, p",
+        "returns (p, a)": "def power_law_fit(x, y):\n    u, w = x.log(), y.log()\n"
+                          "    design = torch.stack([torch.ones_like(u), u], 1)\n"
+                          "    c, p = torch.linalg.lstsq(design, w[:, None]).solution[:, 0].tolist()\n"
+                          "    return p, math.exp(c)",
+        "slope through the end points": "def power_law_fit(x, y):\n"
+                                        "    p = math.log(float(y[-1] / y[0])) / math.log(float(x[-1] / x[0]))\n"
+                                        "    return float(y[0] / x[0] ** p), p",
+        "calls the course reference": "from course_lib.logic_rules import fit_power_law\n"
+                                      "def power_law_fit(x, y):\n    return fit_power_law(x, y)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
