@@ -358,3 +358,20 @@ def test_the_secret_marker_never_reaches_a_notebook_or_feedback(course):
         outputs = "".join(o.get("text", "") for c in nbformat.reads(autograded, as_version=4).cells
                           if c.cell_type == "code" for o in c.outputs)
         assert not re.search(r"^[0-9a-f]{32}$", outputs, re.M)  # the marker's form: a line of 32 hex digits
+
+
+def test_release_is_the_course_without_answers(tmp_path):
+    dest = tmp_path / "public"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "release.py"), str(dest)], check=True, capture_output=True)
+    files = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    lessons = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert {f"exercises/{s}/{s}.ipynb" for s in SETS} | lessons | {"course_lib/checks/__init__.py"} <= files
+    assert not any(f.startswith(("solutions/", ".ci/")) or f in ("nbgrader_config.py", "scripts/grade.py")
+                   for f in files)
+    assert {f for f in files if f.startswith("tests/")} == {"tests/sanitize.cfg"}
+    for path in dest.rglob("*.ipynb"):
+        text = path.read_text()
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, path
+    refused = subprocess.run([sys.executable, str(ROOT / "scripts" / "release.py"), str(dest)], capture_output=True,
+                             text=True)
+    assert refused.returncode != 0 and "is not empty" in refused.stderr

@@ -1,0 +1,75 @@
+"""Build the student copy of the course: everything a learner needs, and no answers.
+
+Usage: python scripts/release.py DEST      (what `make release DEST=...` runs)
+
+Copies the files git tracks into DEST (a new or empty folder), except the instructor's:
+solutions/ (answers and hidden tests), tests/ (they read solutions/; only nbval's
+sanitize.cfg stays), nbgrader_config.py and the grading scripts. Then it reads every copied file and refuses the release if any holds a
+solution or hidden-test line. DEST can then be pushed to a public class repository while the
+instructor's repository stays private; `make lab` and `make test` (the lessons under nbval)
+work in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+PRIVATE = ("solutions/", "tests/", ".ci/", "nbgrader_config.py", "scripts/grade.py", "scripts/sandbox_kernel.py",
+           "scripts/release.py")
+SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
+
+
+def public_files() -> list[str]:
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    # tests/sanitize.cfg stays: the student copy's `make test` runs nbval over the lessons with it.
+    return [path for path in tracked.splitlines() if not path.startswith(PRIVATE) or path == "tests/sanitize.cfg"]
+
+
+def secret_lines() -> set[str]:
+    """Lines of the solutions and hidden tests that appear nowhere in what students may see."""
+    secrets, visible = set(), []
+    for path in (ROOT / "solutions").rglob("*.ipynb"):
+        source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+        for match in SECRET.finditer(source):
+            secrets |= {line.strip() for line in match.group(2).splitlines()  # specific lines, not imports
+                        if len(line.strip()) > 30 and not line.strip().startswith(("from ", "import "))}
+        visible.append(SECRET.sub("", source))
+    return {line for line in secrets if not any(line in text for text in visible)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dest", type=Path)
+    dest = parser.parse_args().dest.resolve()
+    if dest.exists() and any(dest.iterdir()):
+        sys.exit(f"{dest} is not empty: give a new folder (the release never overwrites)")
+    if dest == ROOT or ROOT in dest.parents:
+        sys.exit(f"{dest} is inside the course: give a folder outside it")
+    secrets = secret_lines()
+    leaks = []
+    for path in public_files():
+        target = dest / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, target)
+        text = target.read_text(errors="ignore")
+        # course_lib holds the reference implementations by design; notebooks must not quote the answers.
+        if path.endswith((".ipynb", ".py")) and ("### BEGIN SOLUTION" in text or "### BEGIN HIDDEN TESTS" in text
+                                                 or path.endswith(".ipynb") and any(s in text for s in secrets)):
+            leaks.append(path)
+    if leaks:
+        shutil.rmtree(dest)
+        sys.exit(f"release refused: these files hold solution or hidden-test text: {', '.join(leaks)}")
+    print(f"student copy written to {dest} ({len(public_files())} files; no solutions/, tests/ or grading "
+          "scripts). Next: cd there, git init, commit, push to the class repository.")
+
+
+if __name__ == "__main__":
+    main()
