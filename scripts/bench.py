@@ -9,9 +9,11 @@ Measures
     click) to the view's DOM change, p50 / p95 in ms, for each lesson, with presses 150 ms
     apart and back to back;
   - course_lib's attention vs torch's scaled_dot_product_attention at the same shapes
-    (median of repeated runs, measured back to back in this one run), as a ratio.
+    (median of repeated runs, measured back to back in this one run), as a ratio;
+  - grading a class: scripts/grade.py over 40 generated submissions of set 01 (sandboxed,
+    in parallel), wall seconds in all and per submission.
 Targets on a 2-core CPU: notebook <= 10 s, round trip p50 <= 50 ms and p95 <= 100 ms,
-attention ratio <= 1.5.
+attention ratio <= 1.5, a class of 40 graded in under 120 s.
 """
 
 from __future__ import annotations
@@ -161,6 +163,34 @@ def attention_ratio(repeats: int = 60) -> dict[str, dict[str, float]]:
     return results
 
 
+def grading_a_class(students: int = 40, set_name: str = "01_attention_scores") -> dict[str, float]:
+    """Wall time of scripts/grade.py over `students` correct submissions of one set."""
+    import csv
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_grading import submission  # the reference answers in the student version
+
+    with tempfile.TemporaryDirectory() as folder:
+        course = Path(folder)
+        shutil.copy(ROOT / "nbgrader_config.py", course)
+        shutil.copytree(ROOT / "solutions" / set_name, course / "solutions" / set_name)
+        grade = [sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)]
+        subprocess.run(grade, check=True, capture_output=True)  # student versions, gradebook
+        for k in range(students):
+            target = course / "submitted" / f"student{k:02d}" / set_name
+            target.mkdir(parents=True)
+            nbformat.write(submission(course, set_name, {}), target / f"{set_name}.ipynb")
+        start = time.perf_counter()
+        subprocess.run(grade, check=True, capture_output=True)
+        seconds = time.perf_counter() - start
+        with open(course / "grades.csv") as handle:
+            rows = list(csv.DictReader(handle))
+        full = sum(r["status"] == "graded" and r["score"] == r["max_score"] for r in rows)
+    return {"students": students, "seconds": round(seconds, 1), "per_submission": round(seconds / students, 2),
+            "full_marks": full}
+
+
 def main() -> None:
     results = {"machine": {"threads": torch.get_num_threads(),
                            "torch": torch.__version__}}
@@ -168,6 +198,7 @@ def main() -> None:
     results["widget_callbacks"] = widget_callbacks()
     results["attention_vs_torch"] = attention_ratio()
     results["browser_round_trip"] = browser_round_trips()
+    results["grading"] = grading_a_class()
 
     print(f"\n{'notebook':58s} {'seconds':>8s}  (target <= 10)")
     for name, seconds in results["notebook_seconds"].items():
@@ -187,6 +218,9 @@ def main() -> None:
     for shape, r in results["attention_vs_torch"].items():
         print(f"{shape:58s} {r['course_lib_ms']:8.3f} {r['torch_ms']:8.3f} "
               f"{r['ratio']:6.2f}")
+    g = results["grading"]
+    print(f"\ngrading {g['students']} submissions of set 01: {g['seconds']:.1f} s in all, "
+          f"{g['per_submission']:.2f} s per submission, {g['full_marks']} with full marks  (target < 120 s)")
     out = ROOT / "bench" / "results.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

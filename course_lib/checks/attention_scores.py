@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
-from . import earlier_answers, compare, exercise_check, passed
+from . import compare, earlier_answers, exercise_check, passed
 
 # Tiny inputs the learner can work out by hand.
 LOGITS = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
@@ -43,7 +43,8 @@ def check_score_matrix(score_matrix: Callable) -> None:
 
 @exercise_check
 def check_attend(attend: Callable) -> None:
-    with earlier_answers(attend, score_matrix=attention_scores, softmax_rows=softmax):  # one mistake costs once
+    # One mistake costs once: the earlier exercises\' answers are the references here.
+    with earlier_answers(attend, score_matrix=attention_scores, softmax_rows=softmax):
         out, weights = attend(Q.clone(), K.clone(), V.clone())
         ref_out, ref_weights = scaled_dot_product_attention(Q, K, V)
         unscaled_out, unscaled_weights = scaled_dot_product_attention(Q, K, V, scale=1.0)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..masks import causal_mask, combine_masks, padding_mask
-from . import earlier_answers, compare, exercise_check, passed
+from . import compare, earlier_answers, exercise_check, passed
+
+
+def reference_padding(lengths: Sequence[int], S: int) -> Tensor:
+    """What exercise 2's padding returns: (B, 1, S), True for the real tokens. Like a learner's,
+    it does not check its input, so a wrong call reaches the check that names the mistake."""
+    return (torch.arange(S)[None, :] < torch.as_tensor(list(lengths))[:, None])[:, None, :]
 
 
 def reference_masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -144,7 +150,8 @@ def reference_cross_attend(target: Tensor, source: Tensor, w_q: Tensor, w_k: Ten
 
 @exercise_check
 def check_cross_attend(cross_attend: Callable) -> None:
-    with earlier_answers(cross_attend, padding=padding_mask, masked_softmax=reference_masked_softmax):  # one mistake costs once
+    # One mistake costs once: the earlier exercises' answers are the references here.
+    with earlier_answers(cross_attend, padding=reference_padding, masked_softmax=reference_masked_softmax):
         args = (TARGET, SOURCE, W_Q, W_K, W_V, SOURCE_LENGTHS)
         out, weights = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))
         ref_out, ref_weights = reference_cross_attend(*args)

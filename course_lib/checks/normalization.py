@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..normalization import batch_norm, batch_statistics, layer_norm, rms_norm
-from . import earlier_answers, compare, exercise_check, passed
+from . import compare, earlier_answers, exercise_check, passed
 
 
 def reference_batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,7 +64,8 @@ def check_batch_stats(batch_stats: Callable) -> None:
 
 @exercise_check
 def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
-    with earlier_answers(batch_norm_forward, batch_stats=reference_batch_stats):  # one mistake costs once
+    # One mistake costs once: the earlier exercises\' answers are the references here.
+    with earlier_answers(batch_norm_forward, batch_stats=reference_batch_stats):
         def run(training: bool, eps: float = 1e-5) -> Tensor:
             return batch_norm_forward(X.clone(), GAMMA2.clone(), BETA2.clone(), RUNNING_MEAN.clone(),
                                       RUNNING_VAR.clone(), training, eps)
@@ -93,7 +94,8 @@ def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
 
 @exercise_check
 def check_update_running(update_running: Callable) -> None:
-    with earlier_answers(update_running, batch_stats=reference_batch_stats):  # one mistake costs once
+    # One mistake costs once: the earlier exercises\' answers are the references here.
+    with earlier_answers(update_running, batch_stats=reference_batch_stats):
         momentum = 0.25
         got_mean, got_var = _pair("update_running(...)", update_running(RUNNING_MEAN.clone(), RUNNING_VAR.clone(),
                                                                        X.clone(), momentum))

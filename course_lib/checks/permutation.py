@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..permutation import bias_after_norm, inverse_permutation, self_attention
-from . import earlier_answers, compare, exercise_check, passed
+from . import compare, earlier_answers, exercise_check, passed
 
 
 def reference_permute_rows(x: Tensor, perm: Tensor) -> Tensor:
@@ -82,7 +82,8 @@ def _gap(f: Callable, x: Tensor, perm: Tensor, kind: str) -> float:
 
 @exercise_check
 def check_equivariance_gap(equivariance_gap: Callable) -> None:
-    with earlier_answers(equivariance_gap, permute_rows=reference_permute_rows):  # one mistake costs once
+    # One mistake costs once: the earlier exercises\' answers are the references here.
+    with earlier_answers(equivariance_gap, permute_rows=reference_permute_rows):
         functions = (sums_with_all, running_sum, minus_last_row)
         got = []
         for f in functions:
