@@ -134,6 +134,17 @@ def exercise_check(check: Callable) -> Callable:
     return run
 
 
+def call(label: str, fn: Callable, *args, hint: str = ""):
+    """Run the learner's function; turn an exception into a check failure that names it."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise  # an unanswered stub: exercise_check says so
+    except Exception as error:  # the learner sees their own error, plus the likely cause
+        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
+                             + (f". Likely bug: {hint}" if hint else "")) from None
+
+
 def _fmt(x: object) -> str:
     if isinstance(x, Tensor):
         return str(x.detach().to(torch.float64).numpy().round(4).tolist()) if x.is_floating_point() else str(x.tolist())

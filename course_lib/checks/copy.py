@@ -10,18 +10,7 @@ from torch import Tensor
 
 from ..copy import gap_needed, ov_copy_scores, position_copy_head
 from ..masks import IGNORE
-from . import compare, exercise_check, passed
-
-
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
-    except Exception as error:  # the learner sees their own error, plus the likely cause
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
-                             + (f". Likely bug: {hint}" if hint else "")) from None
+from . import call, compare, exercise_check, passed
 
 
 def reference_query_weights(max_len: int, offset: int, gap: float) -> Tensor:
@@ -43,7 +32,7 @@ def _as_float(label: str, got: object) -> Tensor:
 @exercise_check
 def check_position_query_weights(position_query_weights: Callable) -> None:
     want = reference_query_weights(4, 1, 5.0)
-    got = _call("position_query_weights(4, 1, 5.0)", position_query_weights, 4, 1, 5.0)
+    got = call("position_query_weights(4, 1, 5.0)", position_query_weights, 4, 1, 5.0)
     compare("position_query_weights(4, 1, 5.0)  (row p: the query of position p; column: the key position)",
             got, want, {
                 "the transpose: row p must put the gap in column p + offset (p asks for p + offset)": want.T,
@@ -52,7 +41,7 @@ def check_position_query_weights(position_query_weights: Callable) -> None:
                 "the gap is missing: the entries are 1, not gap": want / 5.0,
             })
     want = reference_query_weights(5, -2, 3.0)
-    got = _call("position_query_weights(5, -2, 3.0)", position_query_weights, 5, -2, 3.0,
+    got = call("position_query_weights(5, -2, 3.0)", position_query_weights, 5, -2, 3.0,
                 hint="a negative offset reads back: row p has its gap in column p - 2")
     compare("position_query_weights(5, -2, 3.0)  (copy the token two back)", got, want, {
         "the transpose: row p must put the gap in column p + offset": want.T,
@@ -64,7 +53,7 @@ def check_position_query_weights(position_query_weights: Callable) -> None:
 def check_min_gap(min_gap: Callable) -> None:
     for n_keys, coherence in ((8, 0.0), (8, 0.5), (3, 0.2)):
         label = f"min_gap({n_keys}, {coherence})"
-        got = _as_float(label, _call(label, min_gap, n_keys, coherence))
+        got = _as_float(label, call(label, min_gap, n_keys, coherence))
         want = torch.tensor(gap_needed(n_keys, coherence), dtype=torch.float64)
         compare(label, got, want, {
             "ln(S), not ln(S - 1): the source itself is one of the S keys": torch.tensor(
@@ -87,7 +76,7 @@ W_U = torch.tensor([[0.0, 1.0, 2.0, 1.0], [1.0, 1.0, -1.0, 0.0]])
 @exercise_check
 def check_ov_lookup_accuracy(ov_lookup_accuracy: Callable) -> None:
     label = "ov_lookup_accuracy(W_E, W_V, W_O, W_U)"
-    got = _as_float(label, _call(label, ov_lookup_accuracy, W_E, W_V, W_O, W_U))
+    got = _as_float(label, call(label, ov_lookup_accuracy, W_E, W_V, W_O, W_U))
     ov = W_E @ W_V @ W_O @ W_U  # rows [-4 -10 -8 -6], [2 4 2 2], [-1 -1 1 0], [-3 -7 -5 -4]
     compare(f"{label}  (OV rows: {ov.int().tolist()})", got, torch.tensor(ov_copy_scores(ov)[0], dtype=torch.float64), {
         "the largest entry of each COLUMN: a row is what one source token adds to every logit": torch.tensor(
@@ -97,7 +86,7 @@ def check_ov_lookup_accuracy(ov_lookup_accuracy: Callable) -> None:
     gen = torch.Generator().manual_seed(3)
     w_e, w_v, w_o, w_u = (torch.randn(*s, generator=gen) for s in ((6, 3), (3, 2), (2, 3), (3, 6)))
     label = "ov_lookup_accuracy on random (6, 3), (3, 2), (2, 3), (3, 6) matrices"
-    got = _as_float(label, _call(label, ov_lookup_accuracy, w_e, w_v, w_o, w_u,
+    got = _as_float(label, call(label, ov_lookup_accuracy, w_e, w_v, w_o, w_u,
                                  hint="W_V is (D, d_v) and W_O is (d_v, D): d_v need not equal D"))
     want = ov_copy_scores(w_e @ w_v @ w_o @ w_u)[0]
     compare(label, got, torch.tensor(want, dtype=torch.float64))
@@ -122,7 +111,7 @@ def reference_induction_targets(ids: Tensor) -> Tensor:
 @exercise_check
 def check_induction_targets(induction_targets: Callable) -> None:
     label = f"induction_targets({IDS.tolist()})"
-    got = _call(label, induction_targets, IDS.clone())
+    got = call(label, induction_targets, IDS.clone())
     want = reference_induction_targets(IDS)  # [[-100 -100 -100 6 -100 7 5], [-100 3 3 -100 4 3 -100]]
     first = torch.tensor([[IGNORE, IGNORE, IGNORE, 6, IGNORE, 6, 5], [IGNORE, 3, 3, IGNORE, 3, 3, IGNORE]])
     itself = torch.where(want == IGNORE, want, IDS)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..masks import IGNORE
-from . import compare, exercise_check, passed
+from . import call, compare, exercise_check, passed
 
 # A vocabulary of 6 tokens: people A = 0, B = 1; relations p = 2, q = 3; answers s = 4, t = 5.
 # The table says p q -> s and q p -> t: the order of the two relations matters.
@@ -21,17 +21,6 @@ IDS = torch.tensor([[0, 2, 3, 1], [1, 3, 2, 0], [1, 2, 2, 1]])  # A p q B, B q p
 # A small relation world for the unembedding: "X's father's sister is X's aunt", ...
 SMALL_RELATIONS = ["father", "sister", "aunt", "grandfather"]
 SMALL_RULES = {("father", "sister"): "aunt", ("father", "father"): "grandfather", ("sister", "father"): "father"}
-
-
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
-                             + (f". Likely bug: {hint}" if hint else "")) from None
 
 
 def _targets(ids: Tensor, lookup: Tensor, swap: bool = False, move_y: bool = True,
@@ -48,7 +37,7 @@ def _targets(ids: Tensor, lookup: Tensor, swap: bool = False, move_y: bool = Tru
 
 @exercise_check
 def check_compose_targets(compose_targets: Callable) -> None:
-    got = _call("compose_targets(IDS, LOOKUP)", compose_targets, IDS.clone(), LOOKUP.clone())
+    got = call("compose_targets(IDS, LOOKUP)", compose_targets, IDS.clone(), LOOKUP.clone())
     compare("compose_targets(IDS, LOOKUP)  (rows: A p q B, B q p A, B p p B; p q -> 4, q p -> 5, p p -> 4)",
             got, _targets(IDS, LOOKUP), {
                 "the relations are looked up in the wrong order: the answer is lookup[r1, r2]":
@@ -96,7 +85,7 @@ def _readout_answers(unembedding: Tensor, rules: dict, relations: list[str], alp
 
 @exercise_check
 def check_composition_unembedding(composition_unembedding: Callable) -> None:
-    got = _call("composition_unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)", composition_unembedding,
+    got = call("composition_unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)", composition_unembedding,
                 dict(SMALL_RULES), list(SMALL_RELATIONS), 0.5)
     want = _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)
     compare("composition_unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5)  (rows: father, sister, aunt, "
@@ -142,7 +131,7 @@ TABLES = {
 @exercise_check
 def check_xor_squares(xor_squares: Callable) -> None:
     for name, table in TABLES.items():
-        got = _call(f"xor_squares({name})", xor_squares, table.clone())
+        got = call(f"xor_squares({name})", xor_squares, table.clone())
         if isinstance(got, Tensor) and got.numel() == 1:
             got = int(got)
         if not isinstance(got, int):
@@ -176,7 +165,7 @@ POWER_CASES = [([1.0, 2.0, 4.0, 8.0], [3.0, 6.0, 12.0, 24.0]), ([1.0, 2.0, 4.0],
 @exercise_check
 def check_power_law_fit(power_law_fit: Callable) -> None:
     for x, y in POWER_CASES:
-        got = _call(f"power_law_fit({x}, {y})", power_law_fit, torch.tensor(x, dtype=torch.float64),
+        got = call(f"power_law_fit({x}, {y})", power_law_fit, torch.tensor(x, dtype=torch.float64),
                     torch.tensor(y, dtype=torch.float64))
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"power_law_fit must return a tuple (a, p), got {got!r}")

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from ..permutation import bias_after_norm, inverse_permutation, self_attention
-from . import compare, earlier_answers, exercise_check, passed
+from . import call, compare, earlier_answers, exercise_check, passed
 
 
 def reference_permute_rows(x: Tensor, perm: Tensor) -> Tensor:
@@ -43,25 +43,15 @@ def minus_last_row(x: Tensor) -> Tensor:
     return x - x[..., -1:, :]
 
 
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
-    except Exception as error:  # the learner sees their own error, plus the likely cause
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}" + (f". Likely bug: {hint}" if hint else "")) from None
-
-
 @exercise_check
 def check_permute_rows(permute_rows: Callable) -> None:
-    got = _call("permute_rows(X, PERM)", permute_rows, X.clone(), PERM.clone())
+    got = call("permute_rows(X, PERM)", permute_rows, X.clone(), PERM.clone())
     compare("permute_rows(X, PERM)  (row i of the answer is row PERM[i] of X)", got, X[PERM], {
         "you used the inverse permutation: row PERM[i] of the answer is row i of X, the wrong way round":
             X[inverse_permutation(PERM)],
         "you permuted the columns (features); permute the rows (tokens)": X[:, PERM],
     })
-    got = _call("permute_rows(XB, PERM) with a batch dimension", permute_rows, XB.clone(), PERM.clone(),
+    got = call("permute_rows(XB, PERM) with a batch dimension", permute_rows, XB.clone(), PERM.clone(),
                 hint="tokens are the second-to-last axis, x[..., perm, :], whatever the batch dimensions")
     compare("permute_rows(XB, PERM), XB of shape (2, 4, 3): the batch stays, tokens move", got, XB[:, PERM])
     passed("permute_rows")
@@ -87,7 +77,7 @@ def check_equivariance_gap(equivariance_gap: Callable) -> None:
         functions = (sums_with_all, running_sum, minus_last_row)
         got = []
         for f in functions:
-            gap = _call(f"equivariance_gap({f.__name__}, X, PERM)", equivariance_gap, f, X.clone(), PERM.clone())
+            gap = call(f"equivariance_gap({f.__name__}, X, PERM)", equivariance_gap, f, X.clone(), PERM.clone())
             if not isinstance(gap, (float, int, Tensor)) or (isinstance(gap, Tensor) and gap.numel() != 1):
                 raise AssertionError(f"equivariance_gap must return one number, got {type(gap).__name__}")
             got.append(float(gap))
@@ -109,7 +99,7 @@ def check_equivariance_gap(equivariance_gap: Callable) -> None:
 def check_biased_attention(biased_attention: Callable) -> None:
     # float64, so that the expected and the learner's numbers agree to every printed digit
     x, w_q, w_k, w_v, b_q, b_k, b_v = (t.double() for t in (X, W_Q, W_K, W_V, B_Q, B_K, B_V))
-    got = _call("biased_attention(X, W_Q, W_K, W_V, B_Q, B_K, B_V)", biased_attention,
+    got = call("biased_attention(X, W_Q, W_K, W_V, B_Q, B_K, B_V)", biased_attention,
                 x.clone(), w_q.clone(), w_k.clone(), w_v.clone(), b_q.clone(), b_k.clone(), b_v.clone())
     if not (isinstance(got, tuple) and len(got) == 2):
         raise AssertionError(f"biased_attention must return (output, weights), got {type(got).__name__}")
@@ -148,7 +138,7 @@ MULTISET_CASES = [
 @exercise_check
 def check_same_multiset(same_multiset: Callable) -> None:
     for index, (a, b, atol, expected, bug) in enumerate(MULTISET_CASES):
-        got = _call(f"same_multiset(case {index})", same_multiset, a.clone(), b.clone(), atol)
+        got = call(f"same_multiset(case {index})", same_multiset, a.clone(), b.clone(), atol)
         print(f"case {index}: a = {a.tolist()}, b = {[[round(v, 4) for v in r] for r in b.tolist()]}\n"
               f"  expected: {expected}\n  got:      {got!r}")
         if not isinstance(got, (bool, Tensor)) or (isinstance(got, Tensor) and got.numel() != 1):
@@ -161,13 +151,13 @@ def check_same_multiset(same_multiset: Callable) -> None:
 @exercise_check
 def check_bias_left_by_norm(bias_left_by_norm: Callable) -> None:
     layer = BIAS - BIAS.mean()
-    got = _call('bias_left_by_norm(BIAS, "batch")', bias_left_by_norm, BIAS.clone(), "batch")
+    got = call('bias_left_by_norm(BIAS, "batch")', bias_left_by_norm, BIAS.clone(), "batch")
     compare('bias_left_by_norm(BIAS, "batch")  (BIAS = [1, 2, 6])', got, bias_after_norm(BIAS, "batch"), {
         "BatchNorm subtracts each feature's mean over the batch, and the bias is the same for every "
         "example: all of it cancels": layer,
         "BatchNorm cancels the bias completely (return zeros)": BIAS,
     })
-    got = _call('bias_left_by_norm(BIAS, "layer")', bias_left_by_norm, BIAS.clone(), "layer")
+    got = call('bias_left_by_norm(BIAS, "layer")', bias_left_by_norm, BIAS.clone(), "layer")
     compare('bias_left_by_norm(BIAS, "layer")', got, bias_after_norm(BIAS, "layer"), {
         "LayerNorm removes only the mean of the bias over the features, not all of it": torch.zeros(3),
         "LayerNorm subtracts each row's mean over the features, so mean(b) is removed": BIAS,

@@ -9,23 +9,12 @@ import torch
 from torch import Tensor
 
 from ..positional_encoding import apply_rope, frequencies, shift_matrix, sinusoidal_encoding
-from . import compare, exercise_check, passed
+from . import call, compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand.
 X_ROPE = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0]])  # (T=3, d=4)
 X_SEQ = torch.arange(12, dtype=torch.float32).reshape(2, 3, 2)  # (B=2, T=3, D=2)
 TABLE = torch.tensor([[100.0, 200.0], [300.0, 400.0], [500.0, 600.0]])  # (max_len=3, D=2)
-
-
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
-    except Exception as error:  # the learner sees their own error, plus the likely cause
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
-                             + (f". Likely bug: {hint}" if hint else "")) from None
 
 
 def _table_with(n_positions: int, d_model: int, layout: str = "interleaved", swap: bool = False,
@@ -49,7 +38,7 @@ def _table_with(n_positions: int, d_model: int, layout: str = "interleaved", swa
 
 @exercise_check
 def check_sinusoidal_table(sinusoidal_table: Callable) -> None:
-    got = _call("sinusoidal_table(4, 6)", sinusoidal_table, 4, 6)
+    got = call("sinusoidal_table(4, 6)", sinusoidal_table, 4, 6)
     compare("sinusoidal_table(4, 6)  (rows: positions 0..3; columns: sin0, cos0, sin1, cos1, sin2, cos2)",
             got, sinusoidal_encoding(4, 6), {
                 "sin and cos swapped: coordinate 2j is sin, 2j+1 is cos (row 0 must be 0, 1, 0, 1, 0, 1)":
@@ -65,7 +54,7 @@ def check_sinusoidal_table(sinusoidal_table: Callable) -> None:
 
 @exercise_check
 def check_offset_rotation(offset_rotation: Callable) -> None:
-    got = _call("offset_rotation(2, 4)", offset_rotation, 2, 4)
+    got = call("offset_rotation(2, 4)", offset_rotation, 2, 4)
     want = shift_matrix(2, 4)
     one_speed = torch.block_diag(*[shift_matrix(2, 2)] * 2)
     forgot_k = shift_matrix(1, 4)
@@ -76,7 +65,7 @@ def check_offset_rotation(offset_rotation: Callable) -> None:
     })
     table = sinusoidal_encoding(12, 8, dtype=torch.float64)
     pos = torch.tensor([0, 4, 8])
-    got = _call("offset_rotation(3, 8)", offset_rotation, 3, 8)
+    got = call("offset_rotation(3, 8)", offset_rotation, 3, 8)
     if not isinstance(got, Tensor) or got.shape != (8, 8):
         raise AssertionError(f"offset_rotation(3, 8) must return an (8, 8) tensor, got {type(got).__name__} "
                              f"of shape {tuple(getattr(got, 'shape', ()))}")
@@ -97,7 +86,7 @@ def _rope_half_split(x: Tensor) -> Tensor:
 
 @exercise_check
 def check_rope_rotate(rope_rotate: Callable) -> None:
-    got = _call("rope_rotate(X_ROPE)", rope_rotate, X_ROPE.clone())
+    got = call("rope_rotate(X_ROPE)", rope_rotate, X_ROPE.clone())
     want = apply_rope(X_ROPE)
     compare("rope_rotate(X_ROPE)  (X_ROPE: rows at positions 0, 1, 2; d = 4)", got, want, {
         "rotated by -m c_j instead of +m c_j: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)":
@@ -107,7 +96,7 @@ def check_rope_rotate(rope_rotate: Callable) -> None:
         "every pair turns at c_0 = 1; pair j turns at c_j = 10000^(-2j/d)": _rope_with(X_ROPE, one_speed=True),
     })
     batch = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6) / 10
-    got = _call("rope_rotate on a batch of shape (2, 5, 6)", rope_rotate, batch.clone(),
+    got = call("rope_rotate on a batch of shape (2, 5, 6)", rope_rotate, batch.clone(),
                 hint="positions are the second-to-last axis; any leading dimensions are batch")
     compare("rope_rotate(batch) for a batch of shape (2, 5, 6), row 1 of the first sequence", got[0, 1]
             if isinstance(got, Tensor) and got.shape == batch.shape else got, apply_rope(batch)[0, 1])
@@ -126,13 +115,13 @@ def _rope_with(x: Tensor, sign: float = 1.0, one_speed: bool = False) -> Tensor:
 
 @exercise_check
 def check_add_learned_positions(add_learned_positions: Callable) -> None:
-    got = _call("add_learned_positions(X_SEQ, TABLE)", add_learned_positions, X_SEQ.clone(), TABLE.clone())
+    got = call("add_learned_positions(X_SEQ, TABLE)", add_learned_positions, X_SEQ.clone(), TABLE.clone())
     compare("add_learned_positions(X_SEQ, TABLE)  (X_SEQ: (2, 3, 2), TABLE: 3 rows)", got, X_SEQ + TABLE, {
         "every position got row 0 of the table; position t gets row t": X_SEQ + TABLE[0],
         "added along the wrong axis: the batch axis got the rows": X_SEQ + TABLE[:2, None, :],
     })
     short = X_SEQ[:, :2]
-    got = _call("add_learned_positions(X_SEQ[:, :2], TABLE)", add_learned_positions, short.clone(), TABLE.clone(),
+    got = call("add_learned_positions(X_SEQ[:, :2], TABLE)", add_learned_positions, short.clone(), TABLE.clone(),
                 hint="a sequence shorter than the table uses its first T rows, TABLE[:T]")
     compare("add_learned_positions on 2 positions with a 3-row table", got, short + TABLE[:2], {
         "used the last rows of the table; position t gets row t": short + TABLE[1:],
