@@ -103,3 +103,12 @@ def test_in_place_change_of_an_input_is_named(set_name, exercise):
     result = outcome(set_name, exercise, IN_PLACE[(set_name, exercise)])
     assert not result.check_passed
     assert "changed its input" in result.messages[0], result.messages
+
+
+def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
+    """float64 for float32 input: the check (and so the graded cell) says so, not torch's 'Double did not match Float'."""
+    answer = ("def softmax_rows(x):\n    x = x.double()\n"
+              "    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)")
+    result = outcome("01_attention_scores", "softmax_rows", answer)
+    assert not result.check_passed and not result.hidden_passed
+    assert "expected dtype torch.float32, got torch.float64" in result.messages[0]
