@@ -175,4 +175,62 @@ def test_widgets_redraw_fast():
         assert max(view.timings_ms[1:]) < 50, view.timings_ms
 
 
-MUTANTS: dict[str, dict[str, str]] = {}
+MUTANTS = {
+    "rollout": {
+        "first layer on the left": "def rollout(layer_weights, residual):\n"
+                                   "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                                   "    r = eye\n    for w in layer_weights:\n"
+                                   "        r = r @ (residual * eye + (1 - residual) * w)\n    return r",
+        "I + A not rescaled": "def rollout(layer_weights, residual):\n"
+                              "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                              "    r = eye\n    for w in layer_weights:\n        r = (eye + w) @ r\n    return r",
+        "residual and attention weights swapped": "def rollout(layer_weights, residual):\n"
+                                                  "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                                                  "    r = eye\n    for w in layer_weights:\n"
+                                                  "        r = ((1 - residual) * eye + residual * w) @ r\n    return r",
+        "only two layers": "def rollout(layer_weights, residual):\n"
+                           "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                           "    a, b = (residual * eye + (1 - residual) * w for w in layer_weights[:2])\n"
+                           "    return b @ a",
+        "calls the course reference": "from course_lib.attention_graph import attention_rollout as ar\n"
+                                      "def rollout(layer_weights, residual):\n    return ar(layer_weights, residual)",
+    },
+    "hopfield_step": {
+        "beta left out": "def hopfield_step(xi, patterns, beta):\n"
+                         "    return torch.softmax(xi @ patterns.T, -1) @ patterns",
+        "softmax over the batch": "def hopfield_step(xi, patterns, beta):\n"
+                                  "    return torch.softmax(beta * (xi @ patterns.T), 0) @ patterns",
+        "no softmax": "def hopfield_step(xi, patterns, beta):\n    return beta * (xi @ patterns.T) @ patterns",
+        "1/sqrt(D) scale": "def hopfield_step(xi, patterns, beta):\n"
+                           "    return torch.softmax(xi @ patterns.T / math.sqrt(xi.shape[-1]), -1) @ patterns",
+        "calls torch's attention": "import torch.nn.functional as F\n"
+                                   "def hopfield_step(xi, patterns, beta):\n"
+                                   "    q = xi.unsqueeze(-2)\n"
+                                   "    return F.scaled_dot_product_attention(q, patterns, patterns, scale=beta).squeeze(-2)",
+    },
+    "energy": {
+        "lse not divided by beta": "def energy(xi, patterns, beta):\n"
+                                   "    lse = torch.logsumexp(beta * (xi @ patterns.T), -1)\n"
+                                   "    M = patterns.norm(dim=-1).max()\n"
+                                   "    return -lse + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "max instead of logsumexp": "def energy(xi, patterns, beta):\n"
+                                    "    top = (xi @ patterns.T).amax(-1)\n"
+                                    "    M = patterns.norm(dim=-1).max()\n"
+                                    "    return -top + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "constants missing": "def energy(xi, patterns, beta):\n"
+                             "    return -torch.logsumexp(beta * (xi @ patterns.T), -1) / beta + 0.5 * (xi * xi).sum(-1)",
+        "naive exp overflows": "def energy(xi, patterns, beta):\n"
+                               "    lse = torch.log(torch.exp(beta * (xi @ patterns.T)).sum(-1)) / beta\n"
+                               "    M = patterns.norm(dim=-1).max()\n"
+                               "    return -lse + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "calls the course reference": "from course_lib import attention_graph as ag\n"
+                                      "def energy(xi, patterns, beta):\n    return ag.hopfield_energy(xi, patterns, beta)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages

@@ -18,7 +18,7 @@ from ..copy import hand_set_induction_model
 from ..plots import _svg_open, svg_bars, svg_curve
 from . import LiveView, row
 
-SEQUENCE = [0, 3, 5, 2, 7, 4, 3, 5, 2, 7, 4, 3]  # BOS, a block of five, repeated: predicts 5 at the end
+SEQUENCE = [0, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1]  # BOS A B C D E A B C D E A: predicts B at the end
 NAMES = ["BOS", "A", "B", "C", "D", "E", "F", "G"]
 THRESHOLDS = [round(0.05 * i, 2) for i in range(19)]  # 0 .. 0.9
 RESIDUALS = [0.0, 0.5]
@@ -103,15 +103,18 @@ def hopfield_widget(seed: int = 0) -> LiveView:
     patterns = random_patterns(N_PATTERNS, WIDTH, TRIALS, seed)  # (TRIALS, S, D)
     clean_queries = [noisy_queries(patterns, noise, seed + 1) for noise in NOISES]
     targets = clean_queries[0][1]  # the same targets for every noise level (same seed)
+    queries = torch.stack([q for q, _ in clean_queries])  # (noise levels, TRIALS, D)
     runs, rates = {}, {}
     for beta in BETAS:
-        for noise, (queries, _) in zip(NOISES, clean_queries):
-            states, energies = hopfield_run(queries, patterns, beta, STEPS)  # (STEPS+1, TRIALS, D), (STEPS+1, TRIALS)
-            weights = hopfield_update(states[-1, 0], patterns[0], beta)[1]  # (S,) of the example shown
-            rates[beta, noise] = float(retrieved(states[-1], patterns, targets).double().mean())
-            target = patterns[0, targets[0]]
-            runs[beta, noise] = (energies[:, 0].numpy(), weights.numpy(),
-                                 float((states[-1, 0] - target).norm()), float((states[-1, 0] - patterns[0].mean(0)).norm()))
+        # every noise level at once: patterns (TRIALS, S, D) broadcast against (noise levels, TRIALS, D)
+        states, energies = hopfield_run(queries, patterns, beta, STEPS)  # (STEPS+1, N, TRIALS, D), (STEPS+1, N, TRIALS)
+        final = states[-1]  # (N, TRIALS, D)
+        weights = hopfield_update(final[:, 0], patterns[0], beta)[1]  # (N, S): the example shown
+        target = patterns[0, targets[0]]
+        for n, noise in enumerate(NOISES):
+            rates[beta, noise] = float(retrieved(final[n], patterns, targets).double().mean())
+            runs[beta, noise] = (energies[:, n, 0].numpy(), weights[n].numpy(), float((final[n, 0] - target).norm()),
+                                 float((final[n, 0] - patterns[0].mean(0)).norm()))
     target = int(targets[0])
     curve = {beta: [rates[beta, n] for n in NOISES] for beta in BETAS}
 
