@@ -78,14 +78,15 @@ def graph_widget() -> LiveView:
         top = int(roll.argmax())
         text = (f"<p>Edges above {threshold:.2f}: <b>{edges}</b>. Query {query} ({escape(labels[query])}): "
                 f"rollout puts {roll[top]:.2f} on position {top} ({escape(labels[top])}); "
-                f"each rollout entry is the sum over the orange paths of the products of their weights"
-                f"{' (self-loops are the residual)' if residual else ''}.</p>")
+                f"each rollout entry is the sum, over the paths from the query (orange), of the products of "
+                f"their weights{' (vertical edges: the residual self-loop)' if residual else ''}; the "
+                f"rollout uses every edge, the threshold only thins the drawing.</p>")
         return text + row(_layered_svg(mixed[residual], labels, threshold, query),
                           svg_bars(roll, [f"{i}:{t}" for i, t in enumerate(labels)], "rollout row",
                                    limit=1.0, fmt="{:.2f}", highlight=top, width=220))
 
     return LiveView({
-        "threshold": widgets.SelectionSlider(options=THRESHOLDS, value=0.0, description="threshold"),
+        "threshold": widgets.SelectionSlider(options=THRESHOLDS, value=0.1, description="threshold"),
         "residual": widgets.Dropdown(options=RESIDUALS, value=0.5, description="residual"),
         "query": widgets.IntSlider(value=T - 1, min=0, max=T - 1, description="query"),
     }, render)
@@ -123,9 +124,10 @@ def hopfield_widget(seed: int = 0) -> LiveView:
         verdict = "retrieved" if to_target < 0.1 else ("a mixture near the mean of all patterns" if
                                                       to_mean < to_target else "stuck elsewhere")
         rising = float(np.diff(energies).max())
+        rise = "none above 1e-12" if rising < 1e-12 else f"{rising:.1e}"
         text = (f"<p>&beta; = {beta:g}, noise {noise:.1f}: after {STEPS} updates the state is "
                 f"<b>{verdict}</b> (distance to its pattern {to_target:.2f}, to the patterns' mean "
-                f"{to_mean:.2f}; patterns have norm 1). Largest energy rise over the steps: {max(rising, 0.0):.0e}. "
+                f"{to_mean:.2f}; patterns have norm 1). Energy rise over the steps: {rise}. "
                 f"Retrieval rate over {TRIALS} random sets of {N_PATTERNS} patterns: <b>{rates[beta, noise]:.0%}</b>.</p>")
         return text + row(
             svg_curve(list(range(STEPS + 1)), {"energy E": energies}, x_label="update step", y_label="E",
@@ -133,7 +135,8 @@ def hopfield_widget(seed: int = 0) -> LiveView:
             svg_bars(weights, [f"x{s}{'*' if s == target else ''}" for s in range(N_PATTERNS)],
                      "weights on the patterns (* = target)", limit=1.0, fmt="{:.2f}", highlight=target,
                      width=240),
-            svg_curve(NOISES, {f"beta {beta:g}": curve[beta]}, marker_x=noise, x_label="noise",
+            svg_curve(NOISES, {f"beta {beta:g}": curve[beta], "beta 64": curve[64.0], "beta 0.5": curve[0.5]},
+                      marker_x=noise, x_label="noise",
                       y_label="retrieval rate", width=260, height=180))
 
     return LiveView({
