@@ -95,7 +95,7 @@ def graph_widget() -> LiveView:
 BETAS = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
 NOISES = [round(0.1 * i, 1) for i in range(16)]  # 0 .. 1.5
 STEPS = 6
-N_PATTERNS, WIDTH, TRIALS = 16, 16, 200
+N_PATTERNS, WIDTH, TRIALS = 16, 16, 100
 
 
 def hopfield_widget(seed: int = 0) -> LiveView:
