@@ -1,0 +1,241 @@
+"""Lesson 10: attention as a graph and as energy, checked against independent computations."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import networkx as nx
+import pytest
+import torch
+
+from course_lib.attention_graph import (
+    attention_graph,
+    attention_rollout,
+    claimed_force_field_gradient,
+    draw_graph,
+    fixed_alignment_accuracy,
+    force_field_energy,
+    hopfield_energy,
+    hopfield_run,
+    hopfield_update,
+    layered_graph,
+    line_layout,
+    noisy_queries,
+    random_patterns,
+    retrieval_rate,
+    retrieved,
+    with_residual,
+)
+from course_lib.copy import hand_set_induction_model
+from exercise_harness import outcome
+
+SET = "10_attention_graph"
+
+
+def random_weights(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).mul(2).softmax(-1)
+
+
+def test_graph_has_one_edge_per_weight_above_threshold():
+    w = random_weights(5, 5)
+    for threshold in (0.0, 0.1, 0.3):
+        graph = attention_graph(w, threshold=threshold)
+        assert set(graph.edges) == {(i, j) for i in range(5) for j in range(5) if w[i, j] > threshold}
+        for i, j in graph.edges:
+            assert graph.edges[i, j]["weight"] == pytest.approx(float(w[i, j]))
+    # out-degree weights sum to 1 with no threshold: a Markov chain's transition graph
+    graph = attention_graph(w)
+    for i in range(5):
+        assert sum(d["weight"] for _, _, d in graph.out_edges(i, data=True)) == pytest.approx(1.0)
+
+
+def test_rollout_is_the_sum_over_paths_of_edge_products():
+    """Against a hand-written sum over every path i -> k1 -> k2 -> j (no matrix product)."""
+    layers = [random_weights(4, 4, seed=s) for s in range(3)]
+    for residual in (0.0, 0.5, 0.2):
+        mixed = [residual * torch.eye(4, dtype=torch.float64) + (1 - residual) * w for w in layers]
+        rollout = attention_rollout(layers, residual)
+        for i, j in itertools.product(range(4), range(4)):
+            paths = sum(mixed[2][i, a] * mixed[1][a, b] * mixed[0][b, j]
+                        for a, b in itertools.product(range(4), range(4)))
+            assert float(rollout[i, j]) == pytest.approx(float(paths), abs=1e-12)
+        assert torch.allclose(rollout.sum(-1), torch.ones(4, dtype=torch.float64))
+
+
+def test_layered_graph_paths_multiply_out_to_the_rollout():
+    """networkx enumerates the paths; the product of weights along them sums to the rollout."""
+    layers = [random_weights(4, 4, seed=s) for s in range(2)]
+    graph = layered_graph(layers, residual=0.5)
+    rollout = attention_rollout(layers, 0.5)
+    for i, j in itertools.product(range(4), range(4)):
+        total = sum(math.prod(graph.edges[a, b]["weight"] for a, b in zip(path, path[1:]))
+                    for path in nx.all_simple_paths(graph, (2, i), (0, j)))
+        assert total == pytest.approx(float(rollout[i, j]), abs=1e-12)
+
+
+def test_rollout_of_the_induction_model_reaches_the_copied_token_only_with_the_residual():
+    model = hand_set_induction_model(torch.eye(8, dtype=torch.float64), 12)
+    ids = torch.tensor([[0, 3, 5, 2, 7, 4, 3, 5, 2, 7, 4, 3]])
+    assert model(ids).argmax(-1)[0, -1] == 5
+    layers = [w[0] for w in model.layer_weights]
+    plain, rolled = attention_rollout(layers, 0.0)[-1], attention_rollout(layers, 0.5)[-1]
+    sources = [2, 7]  # the positions that hold the predicted token 5
+    assert float(plain[sources].sum()) < 1e-6  # softmax leaks e^-20 per key
+    assert float(rolled[sources].sum()) > 0.2
+
+
+def test_hopfield_update_matches_torch_attention():
+    patterns = random_patterns(6, 5, 3, seed=1)  # (3, 6, 5)
+    xi = torch.randn(3, 5, dtype=torch.float64)
+    for beta in (0.3, 2.0, 10.0):
+        got, weights = hopfield_update(xi, patterns, beta)
+        want = torch.nn.functional.scaled_dot_product_attention(xi[:, None], patterns, patterns, scale=beta)[:, 0]
+        assert torch.allclose(got, want, atol=1e-12)
+        assert torch.allclose(weights, torch.softmax(beta * torch.einsum("bsd,bd->bs", patterns, xi), -1))
+
+
+def test_energy_formula_and_its_descent():
+    patterns = random_patterns(10, 8, 300, seed=2)
+    xi = 2 * torch.randn(300, 8, dtype=torch.float64)
+    for beta in (0.1, 1.0, 8.0, 50.0):
+        E = hopfield_energy(xi, patterns, beta)
+        scores = torch.einsum("bsd,bd->bs", patterns, xi)
+        want = (-(beta * scores).exp().sum(-1).log() / beta + 0.5 * (xi ** 2).sum(-1)
+                + math.log(10) / beta + 0.5)  # unit patterns: M = 1
+        if beta <= 8:  # exp overflows beyond; logsumexp does not
+            assert torch.allclose(E, want, atol=1e-10)
+        assert (E >= -1e-12).all()
+        _, energies = hopfield_run(xi, patterns, beta, 8)
+        assert float((energies[1:] - energies[:-1]).max()) < 1e-12
+
+
+def test_retrieval_needs_a_large_enough_beta_and_few_enough_patterns():
+    assert retrieval_rate(16, 2.0, 0.5, trials=100) < 0.05
+    assert retrieval_rate(16, 32.0, 0.5, trials=100) > 0.95
+    assert retrieval_rate(8, 8.0, 0.5, width=16, trials=100) > retrieval_rate(128, 8.0, 0.5, width=16, trials=100) + 0.5
+
+
+def test_retrieved_refuses_a_mixture_with_the_right_nearest_pattern():
+    patterns = torch.eye(3, dtype=torch.float64)[None]  # (1, 3, 3)
+    mixture = torch.tensor([[0.6, 0.4, 0.0]], dtype=torch.float64)  # nearest is pattern 0
+    assert not retrieved(mixture, patterns, torch.tensor([0]))
+    assert retrieved(torch.tensor([[0.99, 0.01, 0.0]], dtype=torch.float64), patterns, torch.tensor([0]))
+
+
+def test_seed_force_field_gradient_is_wrong_but_right_up_to_factor_two_when_symmetric():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5, 3, generator=g, dtype=torch.float64), torch.randn(5, 4, generator=g, dtype=torch.float64)
+    W = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    for M, factor_two in ((W, False), (W + W.T, True)):
+        x_ = x.clone().requires_grad_(True)
+        force_field_energy(x_, y, M).backward()
+        claimed = claimed_force_field_gradient(x, y, M)
+        assert not torch.allclose(x_.grad, claimed)
+        assert torch.allclose(x_.grad, 2 * claimed) == factor_two
+
+
+def test_a_fixed_alignment_cannot_retrieve():
+    assert fixed_alignment_accuracy(8, steps=50) < 0.25
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: attention_graph(torch.ones(3, 3)), "rows summing to 1"),
+    (lambda: attention_graph(-torch.eye(3)), "non-negative"),
+    (lambda: attention_graph(torch.eye(3), threshold=2.0), "threshold"),
+    (lambda: attention_graph(torch.eye(3), labels=["a"]), "labels"),
+    (lambda: attention_rollout(torch.eye(3)), "non-empty list"),
+    (lambda: attention_rollout([torch.eye(3), torch.eye(3).double()]), "dtype"),
+    (lambda: with_residual(torch.eye(3), residual=1.5), "residual"),
+    (lambda: with_residual(torch.ones(2, 3) / 3), "self-attention"),
+    (lambda: hopfield_update(torch.zeros(3), torch.zeros(4, 2), 1.0), "width D"),
+    (lambda: hopfield_update(torch.zeros(2), torch.zeros(4, 2), 0.0), "beta"),
+    (lambda: hopfield_update(torch.zeros(2, dtype=torch.int64), torch.zeros(4, 2), 1.0), "xi"),
+    (lambda: hopfield_energy(torch.zeros(2), torch.zeros(0, 2), 1.0), "no pattern"),
+    (lambda: hopfield_run(torch.zeros(2), torch.zeros(3, 2), 1.0, steps=-1), "steps"),
+    (lambda: noisy_queries(torch.zeros(2, 3), 0.1), "patterns"),
+    (lambda: noisy_queries(torch.zeros(1, 2, 3), -0.1), "noise"),
+    (lambda: random_patterns(0, 4), "n_patterns"),
+    (lambda: layered_graph([torch.eye(3)[None]]), "one sequence"),
+    (lambda: draw_graph("not a graph", None), "graph must be a networkx DiGraph"),
+    (lambda: line_layout(0), "n"),
+    (lambda: retrieved(torch.zeros(1, 2), torch.zeros(1, 2, 2), torch.tensor([0]), tolerance=0), "tolerance"),
+])
+def test_bad_input_is_refused_by_name(call, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        call()
+
+
+def test_widgets_redraw_fast():
+    from course_lib.widgets.attention_graph import graph_widget, hopfield_widget
+
+    for view in (graph_widget(), hopfield_widget()):
+        for control in view.controls.values():
+            options = getattr(control, "options", None)
+            if options:
+                control.value = options[-1] if control.value != options[-1] else options[0]
+            elif hasattr(control, "max"):
+                control.value = control.max
+        assert max(view.timings_ms[1:]) < 50, view.timings_ms
+
+
+MUTANTS = {
+    "rollout": {
+        "first layer on the left": "def rollout(layer_weights, residual):\n"
+                                   "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                                   "    r = eye\n    for w in layer_weights:\n"
+                                   "        r = r @ (residual * eye + (1 - residual) * w)\n    return r",
+        "I + A not rescaled": "def rollout(layer_weights, residual):\n"
+                              "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                              "    r = eye\n    for w in layer_weights:\n        r = (eye + w) @ r\n    return r",
+        "residual and attention weights swapped": "def rollout(layer_weights, residual):\n"
+                                                  "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                                                  "    r = eye\n    for w in layer_weights:\n"
+                                                  "        r = ((1 - residual) * eye + residual * w) @ r\n    return r",
+        "only two layers": "def rollout(layer_weights, residual):\n"
+                           "    eye = torch.eye(len(layer_weights[0]), dtype=layer_weights[0].dtype)\n"
+                           "    a, b = (residual * eye + (1 - residual) * w for w in layer_weights[:2])\n"
+                           "    return b @ a",
+        "calls the course reference": "from course_lib.attention_graph import attention_rollout as ar\n"
+                                      "def rollout(layer_weights, residual):\n    return ar(layer_weights, residual)",
+    },
+    "hopfield_step": {
+        "beta left out": "def hopfield_step(xi, patterns, beta):\n"
+                         "    return torch.softmax(xi @ patterns.T, -1) @ patterns",
+        "softmax over the batch": "def hopfield_step(xi, patterns, beta):\n"
+                                  "    return torch.softmax(beta * (xi @ patterns.T), 0) @ patterns",
+        "no softmax": "def hopfield_step(xi, patterns, beta):\n    return beta * (xi @ patterns.T) @ patterns",
+        "1/sqrt(D) scale": "def hopfield_step(xi, patterns, beta):\n"
+                           "    return torch.softmax(xi @ patterns.T / math.sqrt(xi.shape[-1]), -1) @ patterns",
+        "calls torch's attention": "import torch.nn.functional as F\n"
+                                   "def hopfield_step(xi, patterns, beta):\n"
+                                   "    q = xi.unsqueeze(-2)\n"
+                                   "    return F.scaled_dot_product_attention(q, patterns, patterns, scale=beta).squeeze(-2)",
+    },
+    "energy": {
+        "lse not divided by beta": "def energy(xi, patterns, beta):\n"
+                                   "    lse = torch.logsumexp(beta * (xi @ patterns.T), -1)\n"
+                                   "    M = patterns.norm(dim=-1).max()\n"
+                                   "    return -lse + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "max instead of logsumexp": "def energy(xi, patterns, beta):\n"
+                                    "    top = (xi @ patterns.T).amax(-1)\n"
+                                    "    M = patterns.norm(dim=-1).max()\n"
+                                    "    return -top + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "constants missing": "def energy(xi, patterns, beta):\n"
+                             "    return -torch.logsumexp(beta * (xi @ patterns.T), -1) / beta + 0.5 * (xi * xi).sum(-1)",
+        "naive exp overflows": "def energy(xi, patterns, beta):\n"
+                               "    lse = torch.log(torch.exp(beta * (xi @ patterns.T)).sum(-1)) / beta\n"
+                               "    M = patterns.norm(dim=-1).max()\n"
+                               "    return -lse + 0.5 * (xi * xi).sum(-1) + math.log(len(patterns)) / beta + 0.5 * M**2",
+        "calls the course reference": "from course_lib import attention_graph as ag\n"
+                                      "def energy(xi, patterns, beta):\n    return ag.hopfield_energy(xi, patterns, beta)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
