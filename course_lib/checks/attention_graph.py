@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..attention_graph import attention_rollout, hopfield_energy, hopfield_update
-from . import compare, exercise_check, passed
+from . import call, compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand (float64, 3 tokens / 2 patterns in width 2).
 PREVIOUS = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
@@ -19,17 +19,6 @@ STATE = torch.tensor([0.6, 0.2], dtype=torch.float64)  # (D,)
 STATES = torch.tensor([[0.6, 0.2], [0.0, 1.0], [0.5, 0.5]], dtype=torch.float64)  # (B=3, D)
 
 
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
-    except Exception as error:
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
-                             + (f". Likely bug: {hint}" if hint else "")) from None
-
-
 def _mix(w: Tensor, residual: float) -> Tensor:
     return residual * torch.eye(len(w), dtype=w.dtype) + (1 - residual) * w
 
@@ -37,7 +26,7 @@ def _mix(w: Tensor, residual: float) -> Tensor:
 @exercise_check
 def check_rollout(rollout: Callable) -> None:
     layers = [PREVIOUS, MIXER]  # layer 1 reads the previous token; layer 2 mixes 1 with 2
-    got = _call("rollout([A1, A2], 0.0)", rollout, layers, 0.0)
+    got = call("rollout([A1, A2], 0.0)", rollout, layers, 0.0)
     eye = torch.eye(3, dtype=torch.float64)
     compare("rollout([A1, A2], residual=0.0)  (no residual: the plain product A2 @ A1)", got,
             attention_rollout(layers, 0.0), {
@@ -46,7 +35,7 @@ def check_rollout(rollout: Callable) -> None:
                 "the residual weight and the attention weight are swapped: residual * I + (1 - residual) * A":
                     eye,
             })
-    got = _call("rollout([A1, A2], 0.5)", rollout, layers, 0.5)
+    got = call("rollout([A1, A2], 0.5)", rollout, layers, 0.5)
     compare("rollout([A1, A2], residual=0.5)  (each layer 0.5 I + 0.5 A, then the product)", got,
             attention_rollout(layers, 0.5), {
                 "multiplied in the wrong order: the LAST layer goes on the left": _mix(PREVIOUS, 0.5) @ _mix(MIXER, 0.5),
@@ -54,7 +43,7 @@ def check_rollout(rollout: Callable) -> None:
                 "the residual was left out": MIXER @ PREVIOUS,
             })
     three = [MIXER, PREVIOUS, MIXER]
-    got = _call("rollout([A1, A2, A3], 0.2)", rollout, three, 0.2)
+    got = call("rollout([A1, A2, A3], 0.2)", rollout, three, 0.2)
     compare("rollout([A1, A2, A3], residual=0.2)  (three layers: A3~ @ A2~ @ A1~)", got, attention_rollout(three, 0.2), {
         "only the first two layers were used": _mix(PREVIOUS, 0.2) @ _mix(MIXER, 0.2),
         "the residual weight and the attention weight are swapped: residual * I + (1 - residual) * A":
@@ -65,7 +54,7 @@ def check_rollout(rollout: Callable) -> None:
 
 @exercise_check
 def check_hopfield_step(hopfield_step: Callable) -> None:
-    got = _call("hopfield_step(xi, X, beta=2.0)", hopfield_step, STATE, PATTERNS, 2.0)
+    got = call("hopfield_step(xi, X, beta=2.0)", hopfield_step, STATE, PATTERNS, 2.0)
     a, b = math.exp(2.0 * 0.6), math.exp(2.0 * 0.2)  # the two softmax numerators
     want = torch.tensor([a, b], dtype=torch.float64) / (a + b)
     raw = torch.tensor([0.6, 0.2], dtype=torch.float64)
@@ -78,7 +67,7 @@ def check_hopfield_step(hopfield_step: Callable) -> None:
                     ((raw / math.sqrt(2)).exp() / (raw / math.sqrt(2)).exp().sum()),
             })
     patterns = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)  # (S=3, D=2)
-    got = _call("hopfield_step(states (B=3, D=2), X (S=3), beta=1.0)", hopfield_step, STATES, patterns, 1.0)
+    got = call("hopfield_step(states (B=3, D=2), X (S=3), beta=1.0)", hopfield_step, STATES, patterns, 1.0)
     wrong_axis = torch.softmax(STATES @ patterns.T, dim=0) @ patterns
     compare("hopfield_step on a batch of 3 states, 3 patterns, beta=1  (one row per state)", got,
             hopfield_update(STATES, patterns, 1.0)[0], {
@@ -90,7 +79,7 @@ def check_hopfield_step(hopfield_step: Callable) -> None:
 
 @exercise_check
 def check_energy(energy: Callable) -> None:
-    got = _call("energy(xi, X, beta=2.0)", energy, STATE, PATTERNS, 2.0)
+    got = call("energy(xi, X, beta=2.0)", energy, STATE, PATTERNS, 2.0)
     lse = math.log(math.exp(1.2) + math.exp(0.4)) / 2.0
     want = torch.tensor(-lse + 0.5 * 0.4 + math.log(2) / 2.0 + 0.5, dtype=torch.float64)
     compare("energy([0.6, 0.2], X = I, beta=2)  = -lse + |xi|^2/2 + log(S)/beta + M^2/2", got, want, {
@@ -102,11 +91,11 @@ def check_energy(energy: Callable) -> None:
         "the quadratic term must be +|xi|^2 / 2": torch.tensor(-lse - 0.2 + math.log(2) / 2 + 0.5, dtype=torch.float64),
         "|xi|^2 without the 1/2": torch.tensor(-lse + 0.4 + math.log(2) / 2 + 0.5, dtype=torch.float64),
     })
-    got = _call("energy(states (B=3, D=2), X, beta=1)", energy, STATES, PATTERNS, 1.0)
+    got = call("energy(states (B=3, D=2), X, beta=1)", energy, STATES, PATTERNS, 1.0)
     compare("energy of a batch of 3 states, beta=1  (one energy per state)", got,
             hopfield_energy(STATES, PATTERNS, 1.0))
     big = torch.tensor([1.0, 0.0])  # float32, beta = 200: exp(200) overflows float32
-    got = _call("energy([1, 0] in float32, X, beta=200)", energy, big, PATTERNS.float(), 200.0)
+    got = call("energy([1, 0] in float32, X, beta=200)", energy, big, PATTERNS.float(), 200.0)
     compare("energy at beta = 200 in float32  (exp(200) = inf in float32)", got,
             hopfield_energy(big, PATTERNS.float(), 200.0), {
                 "exp overflows: subtract the largest score before exp (or use torch.logsumexp)":
