@@ -258,7 +258,12 @@ def test_batches_are_seeded_and_fresh():
 
 @pytest.fixture(scope="module")
 def trained():
-    return {H: train_two_relations(H)[0] for H in (1, 2)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only adds waiting (15 s instead of 1 s here)
+    try:
+        return {H: train_two_relations(H)[0] for H in (1, 2)}
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_two_trained_heads_specialise_and_ablation_costs_each_its_own_relation(trained):
