@@ -79,16 +79,32 @@ class MultiHeadAttention(nn.Module):
             require_float("memory", memory, min_rank=2)
             require_width("memory", memory, self.d_memory)
         source = x if memory is None else memory  # self-attention reads its own input
-        H = self.n_heads
-        q = split_heads(self.query(x), H)  # (..., H, T, d_head)
-        k = split_heads(self.key(source), H)  # (..., H, S, d_head)
-        v = split_heads(self.value(source), H)  # (..., H, S, d_v / H)
-        if rotate is not None:
-            q, k = rotate(q, k)
-        # A mask or bias for (..., T, S) gets a head axis of size 1: every head obeys it.
-        mask, bias = (_for_every_head(name, t) for name, t in (("mask", mask), ("bias", bias)))
-        out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., H, T, d_v/H), (..., H, T, S)
-        return self.out(merge_heads(out)), weights  # (..., T, D)
+        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        out, weights = attend_heads(q, k, v, self.n_heads, mask, bias, rotate)  # (..., T, d_v), (..., H, T, S)
+        return self.out(out), weights  # (..., T, D)
+
+
+def attend_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None = None,
+                 bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+    """Split projected q, k, v into heads, attend in each, put the heads side by side again.
+
+    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v) -> out (..., T, d_v), weights (..., H, T, S).
+    mask, bias: broadcastable to (..., T, S), the same for every head. Head h uses columns
+    h*d_k/H .. (h+1)*d_k/H - 1 of q and k (and the same share of v) and the scale 1/sqrt(d_k/H).
+    """
+    n_heads = require_count("n_heads", n_heads)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_float(name, t, min_rank=2)
+        if t.shape[-1] % n_heads:
+            raise ValueError(f"{name}'s last dimension {t.shape[-1]} does not split into n_heads={n_heads} "
+                             f"equal heads: {name} has shape {tuple(t.shape)}")
+    q, k, v = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # (..., H, T|S, d)
+    if rotate is not None:
+        q, k = rotate(q, k)
+    # A mask or bias for (..., T, S) gets a head axis of size 1: every head obeys it.
+    mask, bias = (_for_every_head(name, t) for name, t in (("mask", mask), ("bias", bias)))
+    out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., H, T, d_v/H), (..., H, T, S)
+    return merge_heads(out), weights  # (..., T, d_v)
 
 
 def _for_every_head(name: str, t: Tensor | None) -> Tensor | None:

@@ -335,3 +335,77 @@ def test_widget_keeps_the_head_in_range_and_redraws_fast(trained):
     assert heads.value == 0 and heads.max == 0
     assert "head 0 of 1" in view.view.value
     assert max(view.timings_ms[1:]) < 100
+
+
+# ---------------------------------------------------------------- exercise set 08: known-wrong answers
+
+MUTANTS = {
+    "split_into_heads": {
+        "reshaped straight to (B, H, T, d_head)": "def split_into_heads(x, n_heads):\n    B, T, D = x.shape\n"
+                                                  "    return x.reshape(B, n_heads, T, D // n_heads)",
+        "every H-th column": "def split_into_heads(x, n_heads):\n    B, T, D = x.shape\n"
+                             "    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)",
+        "calls the course reference": "from course_lib.multi_head import split_heads\n"
+                                      "def split_into_heads(x, n_heads):\n    return split_heads(x, n_heads)",
+    },
+    "multi_head_attend": {
+        "scaled by sqrt(D)": "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+                             "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                             "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D)\n"
+                             "    if mask is not None:\n"
+                             "        s = s.masked_fill(~(mask.unsqueeze(-3) if mask.dim() == 3 else mask), float('-inf'))\n"
+                             "    w = torch.softmax(s, -1)\n    return (w @ vh).transpose(1, 2).reshape(B, T, D), w",
+        "merged without swapping H and T back": "def multi_head_attend(q, k, v, n_heads, mask=None):\n"
+                                                "    B, T, D = q.shape\n"
+                                                "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                                                "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads)\n"
+                                                "    if mask is not None:\n"
+                                                "        s = s.masked_fill(~(mask.unsqueeze(-3) if mask.dim() == 3 else mask), float('-inf'))\n"
+                                                "    w = torch.softmax(s, -1)\n    return (w @ vh).reshape(B, T, D), w",
+        "ignores the mask": "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+                            "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                            "    w = torch.softmax(qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads), -1)\n"
+                            "    return (w @ vh).transpose(1, 2).reshape(B, T, D), w",
+        "calls torch's scaled_dot_product_attention": (
+            "import torch.nn.functional as F\n"
+            "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+            "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+            "    m = None if mask is None else (mask.unsqueeze(-3) if mask.dim() == 3 else mask)\n"
+            "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads)\n"
+            "    w = torch.softmax(s if m is None else s.masked_fill(~m, float('-inf')), -1)\n"
+            "    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=m)\n"
+            "    return out.transpose(1, 2).reshape(B, T, D), w"),
+    },
+    "qk_form": {
+        "W_K^T W_Q (the transpose)": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
+                                     "    r = slice(head * d, (head + 1) * d)\n    return w_k[r].T @ w_q[r]",
+        "head's columns instead of rows": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
+                                          "    r = slice(head * d, (head + 1) * d)\n    return w_q[:, r] @ w_k[:, r].T",
+        "every head at once": "def qk_form(w_q, w_k, head, n_heads):\n    return w_q.T @ w_k",
+        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, qk_matrix\n"
+                                      "def qk_form(w_q, w_k, head, n_heads):\n"
+                                      "    m = MultiHeadAttention(w_q.shape[1], n_heads).double()\n"
+                                      "    m.query.weight.data, m.key.weight.data = w_q.double(), w_k.double()\n"
+                                      "    return qk_matrix(m, head)",
+    },
+    "silence_head": {
+        "rows instead of columns": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
+                                   "    s = w_out.clone()\n    s[head * d: (head + 1) * d] = 0.0\n    return s",
+        "zeroed in place": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
+                           "    w_out[:, head * d: (head + 1) * d] = 0.0\n    return w_out",
+        "every H-th column": "def silence_head(w_out, head, n_heads):\n    s = w_out.clone()\n"
+                             "    s[:, head::n_heads] = 0.0\n    return s",
+        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, without_heads\n"
+                                      "def silence_head(w_out, head, n_heads):\n"
+                                      "    m = MultiHeadAttention(w_out.shape[0], n_heads).double()\n"
+                                      "    m.out.weight.data = w_out.double().clone()\n"
+                                      "    return without_heads(m, [head]).out.weight.detach()",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
