@@ -11,7 +11,7 @@ from torch import nn
 from course_lib.attention_scores import Attention
 from course_lib.masks import IGNORE, causal_mask, padding_mask
 from course_lib.multi_head import (
-    MultiHeadAttention, head_weights, merge_heads, multi_head_model, multiply_adds, ov_matrix,
+    MultiHeadAttention, attend_heads, head_weights, merge_heads, multi_head_model, multiply_adds, ov_matrix,
     qk_matrix, relation_accuracy, relation_attention, split_answer, split_heads, to_torch,
     train_two_relations, two_relation_batch, two_relation_targets, without_heads)
 from exercise_harness import outcome
@@ -164,6 +164,24 @@ def test_rope_turns_every_head():
 # ---------------------------------------------------------------- split, merge, cost
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_attend_heads_matches_torchs_attention_on_heads_split_by_hand(seed):
+    gen = torch.Generator().manual_seed(seed)
+    B, T, S, H, d = 2, 4, 6, [1, 2, 3, 4][seed], 3
+    q, k, v = (torch.randn(B, n, H * d, generator=gen, dtype=torch.float64) for n in (T, S, S))
+    keep = torch.rand(B, T, S, generator=gen) < 0.6
+    keep[..., -1] = True
+    out, weights = attend_heads(q, k, v, H, keep)
+
+    def heads(t):  # (B, n, H * d) -> (B, H, n, d), written here independently
+        return t.reshape(B, -1, H, d).permute(0, 2, 1, 3)
+
+    ref = torch.nn.functional.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=keep[:, None])
+    torch.testing.assert_close(out, ref.permute(0, 2, 1, 3).reshape(B, T, H * d), atol=1e-12, rtol=0)
+    assert (weights[~keep[:, None].expand(B, H, T, S)] == 0).all()
+
+
+
 def test_split_heads_takes_consecutive_columns_and_merge_undoes_it():
     x = torch.arange(2 * 3 * 6, dtype=torch.float64).reshape(2, 3, 6)
     heads = split_heads(x, 3)  # (2, 3 heads, 3 positions, 2)
@@ -304,6 +322,9 @@ def test_an_untrained_model_is_at_chance():
     (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), mask=torch.ones(4, 4, dtype=torch.bool)), "mask"),
     (lambda: split_heads(torch.randn(2, 7), 2), "x's last dimension 7"),
     (lambda: merge_heads(torch.randn(2, 7)), "x"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 7), torch.randn(4, 8), 2), "k's last dimension 7"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8), 0), "n_heads"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(5, 8), 2), "same number of positions"),
     (lambda: to_torch(Attention(4)), "layer"),
     (lambda: to_torch(MultiHeadAttention(4, 2, d_k=8)), "d_k = d_v = d_model"),
     (lambda: qk_matrix(MultiHeadAttention(4, 2), 2), "head=2 is out of range"),
