@@ -10,11 +10,14 @@ d_v / H (values) per head.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 
 from .attention_scores import Rotation, scaled_dot_product_attention
 from .guards import require_count, require_float, require_tensor, require_width
+from .masks import IGNORE, OperationCounter, TinyConfig, TinyModel, require_token_ids, train_tiny_model
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -167,12 +170,10 @@ def to_torch(layer: MultiHeadAttention, batch_first: bool = True) -> nn.Multihea
 def multiply_adds(d_model: int, n_heads: int, T: int = 16, S: int | None = None) -> dict[str, int]:
     """Arithmetic COUNTED (lesson 02's OperationCounter) in one forward pass of a layer.
 
-    A MultiHeadAttention(d_model, n_heads) attends from T queries to S keys (default T), batch 1,
-    cross-attention when S != T. Returns {kind of operation: count}: "multiply-adds" (the
+    A MultiHeadAttention(d_model, n_heads) attends from T query rows to a memory of S rows
+    (default T; the cost is that of self-attention when S = T), batch 1. Returns {kind of operation: count}: "multiply-adds" (the
     matrix products) and one entry per elementwise operation (the softmax's exp_, ...).
     """
-    from .masks import OperationCounter  # lesson 02's counter; imported here, as counting is a side topic
-
     d_model, T = require_count("d_model", d_model), require_count("T", T)
     S = T if S is None else require_count("S", S)
     layer = MultiHeadAttention(d_model, n_heads)
@@ -226,8 +227,6 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...], layer: i
     A head is silenced by zeroing its columns of the output projection: it still attends but
     writes nothing. `model` is a MultiHeadAttention, or a TinyModel whose layers hold one.
     """
-    import copy
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if isinstance(model, MultiHeadAttention):
@@ -252,17 +251,13 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...], layer: i
 # ------------------------------------------------------------------ a task with two relations
 # Each position t >= 1 must answer two questions at once: which symbol came just before it
 # (t - 1), and which symbol opened the sequence (position 0). The answer is the pair, one class
-# of n_symbols^2: class = previous * n_symbols + first. Sequences are n_symbols random symbols;
-# the model's vocabulary is the n_symbols^2 answer classes (input ids use only the first
-# n_symbols of them).
-
-RELATIONS = ("previous", "first")
+# of n_symbols^2: class = previous * n_symbols + first. Sequences are uniformly random symbols
+# 0 .. n_symbols - 1; the model's vocabulary is the n_symbols^2 answer classes (input ids use
+# only the first n_symbols of them).
 
 
 def two_relation_targets(ids: Tensor, n_symbols: int) -> Tensor:
     """ids: (B, T) symbols in 0..n_symbols-1 -> targets (B, T): previous * n_symbols + first; IGNORE at t = 0."""
-    from .masks import IGNORE, require_token_ids
-
     n_symbols = require_count("n_symbols", n_symbols, minimum=2)
     require_token_ids("ids", ids, n_symbols)
     targets = ids.roll(1, dims=-1) * n_symbols + ids[:, :1]  # (B, T): [t] = ids[t-1] * N + ids[0]
@@ -293,8 +288,6 @@ def two_relation_batch(n_sequences: int, length: int, n_symbols: int):
 def multi_head_model(n_heads: int, n_symbols: int = 6, length: int = 8, d_model: int = 32, seed: int = 0):
     """Lesson 02's TinyModel (one causal layer, learned positions, float64) with a
     MultiHeadAttention(d_model, n_heads) in place of its single head: the same model otherwise."""
-    from .masks import TinyConfig, TinyModel
-
     require_count("n_heads", n_heads)
     n_symbols = require_count("n_symbols", n_symbols, minimum=2)
     model = TinyModel(TinyConfig(vocab_size=n_symbols * n_symbols, max_len=require_count("length", length, 3),
@@ -312,8 +305,6 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
 
     Returns (model, losses).
     """
-    from .masks import train_tiny_model
-
     model = multi_head_model(n_heads, n_symbols, length, d_model, seed)
     losses = train_tiny_model(model, two_relation_batch(batch, length, n_symbols), steps, lr, seed)
     return model, losses
@@ -321,8 +312,6 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
 
 def _require_relation_model(model: object) -> int:
     """The model's n_symbols, or a TypeError naming what it must be."""
-    from .masks import TinyModel
-
     if not isinstance(model, TinyModel) or not isinstance(model.layers[0].attention, MultiHeadAttention):
         raise TypeError(f"model must be a TinyModel with MultiHeadAttention (see multi_head_model), "
                         f"got {type(model).__name__}")
