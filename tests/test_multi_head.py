@@ -279,7 +279,7 @@ def trained():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: a second thread only adds waiting (15 s instead of 1 s here)
     try:
-        return {H: train_two_relations(H)[0] for H in (1, 2)}
+        return {H: train_two_relations(H)[0] for H in (1, 2, 4)}
     finally:
         torch.set_num_threads(threads)
 
@@ -301,6 +301,12 @@ def test_one_head_splits_its_weight_between_the_two_positions(trained):
     roles = relation_attention(trained[1])[0]
     assert 0.2 < roles.min() and roles.max() < 0.8 and roles.sum() > 0.9
     assert min(relation_accuracy(trained[1]).values()) > 0.99
+
+
+def test_with_four_heads_no_single_head_is_indispensable(trained):
+    worst = {n: min(min(relation_accuracy(without_heads(trained[n], [h])).values()) for h in range(n))
+             for n in (2, 4)}
+    assert worst[2] < 0.35 and worst[4] > 0.5
 
 
 def test_an_untrained_model_is_at_chance():
