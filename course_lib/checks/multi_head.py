@@ -1,0 +1,163 @@
+"""Visible checks for exercise set 08 (many heads)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..multi_head import MultiHeadAttention, attend_heads, qk_matrix, split_heads, without_heads
+from . import compare, earlier_answers, exercise_check, passed
+
+# Tiny inputs the learner can follow by hand.
+X = torch.arange(8, dtype=torch.float32).reshape(1, 2, 4)  # (B=1, T=2, D=4): rows 0 1 2 3 and 4 5 6 7
+Q = torch.tensor([[[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]])  # (B=1, T=2, D=4)
+K = torch.tensor([[[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]]])  # (B=1, S=3, D=4)
+V = torch.tensor([[[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 2.0], [3.0, 3.0, 3.0, 3.0]]])  # (B=1, S=3, D=4)
+MASK = torch.tensor([[True, False, True], [True, True, False]])  # (T=2, S=3), True = may attend
+W_Q = torch.arange(16, dtype=torch.float64).reshape(4, 4) / 4  # (d_k=4, D=4), nn.Linear layout (out, in)
+W_K = torch.eye(4, dtype=torch.float64).flip(0) + 0.5 * torch.ones(4, 4, dtype=torch.float64)
+
+
+def _call(label: str, fn: Callable, *args, hint: str = ""):
+    """Run the learner's function; turn an exception into a check failure that names it."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise  # an unanswered stub: exercise_check says so
+    except Exception as error:  # the learner sees their own error, plus the likely cause
+        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
+                             + (f". Likely bug: {hint}" if hint else "")) from None
+
+
+def _strided(x: Tensor, n_heads: int) -> Tensor:
+    """The usual wrong split: head h takes columns h, h + H, h + 2H, ... (B, T, D) -> (B, H, T, d_head)."""
+    B, T, D = x.shape
+    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+@exercise_check
+def check_split_into_heads(split_into_heads: Callable) -> None:
+    got = _call("split_into_heads(X, 2)", split_into_heads, X.clone(), 2)
+    B, T, D = X.shape
+    compare("split_into_heads(X, 2)  (X: (1, 2, 4), rows [0 1 2 3] and [4 5 6 7]; want (1, 2, 2, 2))",
+            got, split_heads(X, 2), {
+                "reshaped straight to (B, H, T, d_head): split the last axis into (H, d_head) first, "
+                "then swap the T and H axes": X.reshape(B, 2, T, D // 2),
+                "head h must take the consecutive columns h*d_head .. (h+1)*d_head - 1, not every H-th":
+                    _strided(X, 2),
+            })
+    wide = torch.arange(2 * 3 * 6, dtype=torch.float32).reshape(2, 3, 6)
+    got = _call("split_into_heads(x, 3) with x of shape (2, 3, 6)", split_into_heads, wide.clone(), 3)
+    compare("split_into_heads(x, 3) for x of shape (2, 3, 6)", got, split_heads(wide, 3), {
+        "reshaped straight to (B, H, T, d_head) instead of splitting the last axis":
+            wide.reshape(2, 3, 3, 2),
+        "head h takes every H-th column; it must take consecutive columns": _strided(wide, 3),
+    })
+    passed("split_into_heads")
+
+
+def reference_multi_head_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int,
+                                mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    return attend_heads(q, k, v, n_heads, mask)
+
+
+def _wrong_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None,
+                  full_scale: bool = False, flat_merge: bool = False) -> tuple[Tensor, Tensor]:
+    """Known mistakes: the scale of the full width, or merging the heads without swapping axes back."""
+    B, T, D = q.shape
+    scale = (D ** -0.5) / ((D // n_heads) ** -0.5) if full_scale else 1.0  # attend_heads divides by sqrt(d_head)
+    out, weights = attend_heads(q * scale, k, v, n_heads, mask)
+    if flat_merge:  # the heads' outputs (B, H, T, d_head) flattened without swapping H and T back
+        out = split_heads(out, n_heads).reshape(B, T, D)
+    return out, weights
+
+
+@exercise_check
+def check_multi_head_attend(multi_head_attend: Callable) -> None:
+    with earlier_answers(multi_head_attend, split_into_heads=split_heads):  # one mistake costs once
+        got = _call("multi_head_attend(Q, K, V, 2)", multi_head_attend, Q.clone(), K.clone(), V.clone(), 2)
+        if not isinstance(got, tuple) or len(got) != 2:
+            raise AssertionError("multi_head_attend must return two tensors: (output, weights)")
+        out, weights = got
+        want_out, want_weights = reference_multi_head_attend(Q, K, V, 2)
+        compare("weights of multi_head_attend(Q, K, V, 2)  (want shape (1, 2, 2, 3): B, H, T, S)", weights,
+                want_weights, {
+                    "each head's scores are divided by sqrt(d_head) = sqrt(D / H), not sqrt(D)":
+                        _wrong_attend(Q, K, V, 2, None, full_scale=True)[1],
+                    "softmax over the wrong axis: each row (one query, all keys) must sum to 1":
+                        torch.softmax(split_heads(Q, 2) @ split_heads(K, 2).transpose(-2, -1) / 2 ** 0.5, -2),
+                })
+        compare("output of multi_head_attend(Q, K, V, 2)  (want shape (1, 2, 4): B, T, D)", out, want_out, {
+            "merging: swap the H and T axes back before flattening (B, H, T, d) -> (B, T, H * d)":
+                _wrong_attend(Q, K, V, 2, None, flat_merge=True)[0],
+            "each head's scores are divided by sqrt(d_head) = sqrt(D / H), not sqrt(D)":
+                _wrong_attend(Q, K, V, 2, None, full_scale=True)[0],
+        })
+        out, weights = _call("multi_head_attend(Q, K, V, 2, MASK)", multi_head_attend, Q.clone(), K.clone(),
+                             V.clone(), 2, MASK.clone())
+        want_out, want_weights = reference_multi_head_attend(Q, K, V, 2, MASK)
+        compare("weights with MASK (False = may not attend; the same mask for every head)", weights,
+                want_weights, {"the mask must hide keys: weight exactly 0 where MASK is False":
+                               reference_multi_head_attend(Q, K, V, 2)[1]})
+        compare("output with MASK", out, want_out)
+    passed("multi_head_attend")
+
+
+def reference_qk_form(w_q: Tensor, w_k: Tensor, head: int, n_heads: int) -> Tensor:
+    layer = _layer_with(w_q.shape[1], n_heads, query=w_q, key=w_k)
+    return qk_matrix(layer, head)
+
+
+def _layer_with(d_model: int, n_heads: int, **weights: Tensor) -> MultiHeadAttention:
+    """A MultiHeadAttention (float64, no biases) holding the given projection weights."""
+    layer = MultiHeadAttention(d_model, n_heads).double()
+    with torch.no_grad():
+        for name, w in weights.items():
+            getattr(layer, name).weight.copy_(w)
+    return layer
+
+
+@exercise_check
+def check_qk_form(qk_form: Callable) -> None:
+    got = _call("qk_form(W_Q, W_K, 1, 2)", qk_form, W_Q.clone(), W_K.clone(), 1, 2)
+    want = reference_qk_form(W_Q, W_K, 1, 2)
+    rows = slice(2, 4)
+    compare("qk_form(W_Q, W_K, head=1, n_heads=2)  (a (4, 4) matrix)", got, want, {
+        "the order: the score is x W_Q^h^T W_K^h y^T, so the form is W_Q^h^T @ W_K^h, not W_K^h^T @ W_Q^h":
+            W_K[rows].T @ W_Q[rows],
+        "head h owns ROWS h*d_head .. (h+1)*d_head - 1 of W_Q and W_K (nn.Linear stores (out, in))":
+            W_Q[:, rows] @ W_K[:, rows].T,
+        "take only head h's rows: W_Q^T @ W_K of the full matrices mixes every head": W_Q.T @ W_K,
+        "head 1 is the second slice: rows 2 and 3 here": W_Q[0:2].T @ W_K[0:2],
+    })
+    passed("qk_form")
+
+
+def reference_silence_head(w_out: Tensor, head: int, n_heads: int) -> Tensor:
+    layer = _layer_with(w_out.shape[0], n_heads, out=w_out)
+    return without_heads(layer, [head]).out.weight.detach()
+
+
+@exercise_check
+def check_silence_head(silence_head: Callable) -> None:
+    w_out = torch.arange(1.0, 17.0, dtype=torch.float64).reshape(4, 4)  # (D=4, d_v=4)
+    given = w_out.clone()
+    got = _call("silence_head(w_out, 0, 2)", silence_head, given, 0, 2)
+    rows_zeroed = w_out.clone()
+    rows_zeroed[0:2] = 0
+    strided = w_out.clone()
+    strided[:, 0::2] = 0
+    compare("silence_head(w_out, head=0, n_heads=2)  (w_out = 1..16 in a (4, 4) matrix)", got,
+            reference_silence_head(w_out, 0, 2), {
+                "zero head h's COLUMNS h*d_head .. (h+1)*d_head - 1: out maps the concatenated heads "
+                "(columns) to D (rows)": rows_zeroed,
+                "head h owns consecutive columns, not every H-th": strided,
+            })
+    if not torch.equal(given, w_out):
+        raise AssertionError("silence_head changed the matrix it was given: return a changed copy "
+                             "(w_out.clone()), so the trained layer stays as it was. Likely bug: zeroed in place")
+    got = _call("silence_head(w_out, 1, 4)", silence_head, w_out.clone(), 1, 4)
+    compare("silence_head(w_out, head=1, n_heads=4)", got, reference_silence_head(w_out, 1, 4))
+    passed("silence_head")

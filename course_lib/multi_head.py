@@ -1,0 +1,345 @@
+"""Lesson 08: many heads. Split the width into H heads, attend in each, concatenate, project.
+
+Every head goes through lesson 01's one attention path, `scaled_dot_product_attention`, which
+already treats leading dimensions as batch dimensions: the heads are one more of them,
+(B, H, T, d_head). Masks are lesson 02's (True = may attend).
+
+Dimension names: see course_lib/__init__.py. H heads; d_head = d_k / H (queries and keys),
+d_v / H (values) per head.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from .attention_scores import Rotation, scaled_dot_product_attention
+from .guards import require_count, require_float, require_tensor, require_width
+from .masks import IGNORE, OperationCounter, TinyConfig, TinyModel, require_token_ids, train_tiny_model
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h."""
+    require_float("x", x, min_rank=2)
+    n_heads = require_count("n_heads", n_heads)
+    if x.shape[-1] % n_heads:
+        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} "
+                         f"equal heads: x has shape {tuple(x.shape)}")
+    return x.unflatten(-1, (n_heads, x.shape[-1] // n_heads)).transpose(-3, -2)  # (..., H, T, d_head)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
+    require_float("x", x, min_rank=3)
+    return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
+
+
+class MultiHeadAttention(nn.Module):
+    """H attention heads side by side (nanoGPT style, no dropout); torch's nn.MultiheadAttention.
+
+    MultiHeadAttention(d_model, n_heads, d_k=None, d_v=None, d_memory=None, bias=False):
+    d_k, d_v are the TOTAL query/key and value widths (default d_model), split evenly into
+    n_heads heads; d_memory is the width of cross-attention's memory (torch's kdim = vdim,
+    default d_model). Four projections as in lesson 01's Attention: query (D -> d_k),
+    key (d_memory -> d_k), value (d_memory -> d_v), out (d_v -> D); head h owns rows
+    h*d_head .. (h+1)*d_head - 1 of query/key/value and the same columns of out.
+
+    forward(x, memory=None, mask=None, bias=None, rotate=None) -> (out, weights)
+      x: (..., T, D); memory: (..., S, d_memory) or None (self-attention: S = T, memory = x).
+      mask: bool broadcastable to (..., T, S), True = may attend, the same for every head
+      (a causal (T, S) mask, a padding (B, 1, S) mask); bias: float, broadcastable to
+      (..., T, S), added to every head's scores; rotate(q, k): turns each head's q and k
+      (RoPE). Returns out: (..., T, D) and weights: (..., H, T, S), one pattern per head.
+    With n_heads = 1 this is exactly lesson 01's Attention.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None,
+                 d_memory: int | None = None, bias: bool = False):
+        super().__init__()
+        require_count("d_model", d_model)
+        self.n_heads = require_count("n_heads", n_heads)
+        d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
+                              (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
+        for name, width in (("d_k", d_k), ("d_v", d_v)):
+            if width % n_heads:
+                raise ValueError(f"{name}={width} does not split into n_heads={n_heads} equal heads")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {bias!r}")
+        self.d_model, self.d_memory = d_model, d_memory
+        self.d_head, self.d_value_head = d_k // n_heads, d_v // n_heads
+        self.query = nn.Linear(d_model, d_k, bias=bias)
+        self.key = nn.Linear(d_memory, d_k, bias=bias)
+        self.value = nn.Linear(d_memory, d_v, bias=bias)
+        self.out = nn.Linear(d_v, d_model, bias=bias)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+        require_float("x", x, min_rank=2)
+        require_width("x", x, self.d_model)
+        if memory is not None:
+            require_float("memory", memory, min_rank=2)
+            require_width("memory", memory, self.d_memory)
+        source = x if memory is None else memory  # self-attention reads its own input
+        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        out, weights = attend_heads(q, k, v, self.n_heads, mask, bias, rotate)  # (..., T, d_v), (..., H, T, S)
+        return self.out(out), weights  # (..., T, D)
+
+
+def attend_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None = None,
+                 bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+    """Split projected q, k, v into heads, attend in each, put the heads side by side again.
+
+    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v) -> out (..., T, d_v), weights (..., H, T, S).
+    mask, bias: broadcastable to (..., T, S), the same for every head. Head h uses columns
+    h*d_k/H .. (h+1)*d_k/H - 1 of q and k (and the same share of v) and the scale 1/sqrt(d_k/H).
+    """
+    n_heads = require_count("n_heads", n_heads)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_float(name, t, min_rank=2)
+        if t.shape[-1] % n_heads:
+            raise ValueError(f"{name}'s last dimension {t.shape[-1]} does not split into n_heads={n_heads} "
+                             f"equal heads: {name} has shape {tuple(t.shape)}")
+    q, k, v = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # (..., H, T|S, d)
+    if rotate is not None:
+        q, k = rotate(q, k)
+    # A mask or bias for (..., T, S) gets a head axis of size 1: every head obeys it.
+    mask, bias = (_for_every_head(name, t) for name, t in (("mask", mask), ("bias", bias)))
+    out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., H, T, d_v/H), (..., H, T, S)
+    return merge_heads(out), weights  # (..., T, d_v)
+
+
+def _for_every_head(name: str, t: Tensor | None) -> Tensor | None:
+    """(..., T, S) -> (..., 1, T, S) so it broadcasts over the head axis; (T, S) needs nothing."""
+    if t is None:
+        return None
+    require_tensor(name, t)
+    return t.unsqueeze(-3) if t.dim() >= 3 else t
+
+
+def require_multi_head(name: str, layer: object) -> MultiHeadAttention:
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"{name} must be a course_lib.multi_head.MultiHeadAttention, got {type(layer).__name__}")
+    return layer
+
+
+def _require_head(layer: MultiHeadAttention, head: object) -> int:
+    head = require_count("head", head, minimum=0)
+    if head >= layer.n_heads:
+        raise ValueError(f"head={head} is out of range: the layer has n_heads={layer.n_heads} (0..{layer.n_heads - 1})")
+    return head
+
+
+# ------------------------------------------------------------------ the same layer in torch
+
+
+def to_torch(layer: MultiHeadAttention, batch_first: bool = True) -> nn.MultiheadAttention:
+    """An nn.MultiheadAttention holding `layer`'s weights, for comparison.
+
+    Needs d_k = d_v = d_model (torch projects queries, keys and values to embed_dim); a
+    d_memory != d_model becomes torch's kdim = vdim = d_memory. batch_first=False: torch then
+    takes and returns (T, B, D). Compare weights with average_attn_weights=False.
+    """
+    require_multi_head("layer", layer)
+    if not isinstance(batch_first, bool):
+        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
+    widths = (layer.query.out_features, layer.value.out_features)
+    if any(w != layer.d_model for w in widths):
+        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, got d_k, d_v = {widths}")
+    has_bias = layer.query.bias is not None
+    mha = nn.MultiheadAttention(layer.d_model, layer.n_heads, bias=has_bias, batch_first=batch_first,
+                                kdim=layer.d_memory, vdim=layer.d_memory, dtype=layer.query.weight.dtype)
+    with torch.no_grad():
+        if mha._qkv_same_embed_dim:  # one stacked (3 D, D) weight
+            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
+        else:  # kdim != embed_dim: three separate weights
+            mha.q_proj_weight.copy_(layer.query.weight)
+            mha.k_proj_weight.copy_(layer.key.weight)
+            mha.v_proj_weight.copy_(layer.value.weight)
+        mha.out_proj.weight.copy_(layer.out.weight)
+        if has_bias:
+            mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
+            mha.out_proj.bias.copy_(layer.out.bias)
+    return mha
+
+
+# ------------------------------------------------------------------ cost
+
+
+def multiply_adds(d_model: int, n_heads: int, T: int = 16, S: int | None = None) -> dict[str, int]:
+    """Arithmetic COUNTED (lesson 02's OperationCounter) in one forward pass of a layer.
+
+    A MultiHeadAttention(d_model, n_heads) attends from T query rows to a memory of S rows
+    (default T; the cost is that of self-attention when S = T), batch 1. Returns {kind of operation: count}: "multiply-adds" (the
+    matrix products) and one entry per elementwise operation (the softmax's exp_, ...).
+    """
+    d_model, T = require_count("d_model", d_model), require_count("T", T)
+    S = T if S is None else require_count("S", S)
+    layer = MultiHeadAttention(d_model, n_heads)
+    gen = torch.Generator().manual_seed(0)
+    x, memory = torch.randn(1, T, d_model, generator=gen), torch.randn(1, S, d_model, generator=gen)
+    counter = OperationCounter()
+    with torch.no_grad(), counter:
+        layer(x, memory)
+    return dict(sorted(counter.counts.items()))
+
+
+# ------------------------------------------------------------------ the QK and OV view of one head
+
+
+def head_weights(layer: MultiHeadAttention, head: int) -> dict[str, Tensor]:
+    """Head h's slices of the four projections, as nn.Linear stores them (out, in):
+
+    query, key: (d_head, D) and (d_head, d_memory); value: (d_v/H, d_memory); out: (D, d_v/H).
+    """
+    require_multi_head("layer", layer)
+    head = _require_head(layer, head)
+    qk, ov = slice(head * layer.d_head, (head + 1) * layer.d_head), \
+        slice(head * layer.d_value_head, (head + 1) * layer.d_value_head)
+    return {"query": layer.query.weight[qk].detach(), "key": layer.key.weight[qk].detach(),
+            "value": layer.value.weight[ov].detach(), "out": layer.out.weight[:, ov].detach()}
+
+
+def qk_matrix(layer: MultiHeadAttention, head: int) -> Tensor:
+    """(D, d_memory) bilinear form W_QK of one head: its score of x_t on y_s is x_t W_QK y_s^T / sqrt(d_head).
+
+    (plus bias terms when the layer has biases.) W_QK = W_Q^T W_K is a product through d_head
+    columns, so its rank is at most d_head; nothing makes it symmetric.
+    """
+    w = head_weights(layer, head)
+    return w["query"].T @ w["key"]  # (D, d_head) @ (d_head, d_memory) -> (D, d_memory)
+
+
+def ov_matrix(layer: MultiHeadAttention, head: int) -> Tensor:
+    """(d_memory, D) map W_OV of one head: a source row y with weight 1 adds y W_OV to the output.
+
+    W_OV = W_V^T W_O^T (row-vector convention), rank at most d_v / H: each head writes a
+    low-rank update into the residual stream; the layer's output is the sum over heads.
+    """
+    w = head_weights(layer, head)
+    return w["value"].T @ w["out"].T  # (d_memory, d_v/H) @ (d_v/H, D) -> (d_memory, D)
+
+
+def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...], layer: int = 0) -> nn.Module:
+    """A copy of `model` with `heads` of its layer `layer` silenced (ablated).
+
+    A head is silenced by zeroing its columns of the output projection: it still attends but
+    writes nothing. `model` is a MultiHeadAttention, or a TinyModel whose layers hold one.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(model, MultiHeadAttention):
+        target = model
+    else:
+        layers = getattr(model, "layers", None)
+        require_count("layer", layer, minimum=0)
+        if layers is None or layer >= len(layers):
+            raise ValueError(f"layer={layer}: the model has no such layer with a MultiHeadAttention")
+        target = require_multi_head(f"model.layers[{layer}].attention", layers[layer].attention)
+    if not isinstance(heads, (list, tuple)):
+        raise TypeError(f"heads must be a list of head indices, got {type(heads).__name__}")
+    heads = [_require_head(target, h) for h in heads]
+    silenced = copy.deepcopy(model)
+    out = silenced.out if isinstance(silenced, MultiHeadAttention) else silenced.layers[layer].attention.out
+    with torch.no_grad():
+        for h in heads:
+            out.weight[:, h * target.d_value_head: (h + 1) * target.d_value_head] = 0.0
+    return silenced
+
+
+# ------------------------------------------------------------------ a task with two relations
+# Each position t >= 1 must answer two questions at once: which symbol came just before it
+# (t - 1), and which symbol opened the sequence (position 0). The answer is the pair, one class
+# of n_symbols^2: class = previous * n_symbols + first. Sequences are uniformly random symbols
+# 0 .. n_symbols - 1; the model's vocabulary is the n_symbols^2 answer classes (input ids use
+# only the first n_symbols of them).
+
+
+def two_relation_targets(ids: Tensor, n_symbols: int) -> Tensor:
+    """ids: (B, T) symbols in 0..n_symbols-1 -> targets (B, T): previous * n_symbols + first; IGNORE at t = 0."""
+    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
+    require_token_ids("ids", ids, n_symbols)
+    targets = ids.roll(1, dims=-1) * n_symbols + ids[:, :1]  # (B, T): [t] = ids[t-1] * N + ids[0]
+    targets[:, 0] = IGNORE  # position 0 has no previous symbol
+    return targets
+
+
+def split_answer(classes: Tensor, n_symbols: int) -> tuple[Tensor, Tensor]:
+    """Answer classes (any shape) -> (previous symbol, first symbol), each of the same shape."""
+    require_tensor("classes", classes)
+    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
+    return classes.div(n_symbols, rounding_mode="floor"), classes.remainder(n_symbols)
+
+
+def two_relation_batch(n_sequences: int, length: int, n_symbols: int):
+    """make_batch(generator) -> (ids (B, T), targets (B, T)) of random sequences, for train_tiny_model."""
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=3)
+    require_count("n_symbols", n_symbols, minimum=2)
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        ids = torch.randint(n_symbols, (n_sequences, length), generator=generator)  # (B, T)
+        return ids, two_relation_targets(ids, n_symbols)
+
+    return make_batch
+
+
+def multi_head_model(n_heads: int, n_symbols: int = 6, length: int = 8, d_model: int = 32, seed: int = 0):
+    """Lesson 02's TinyModel (one causal layer, learned positions, float64) with a
+    MultiHeadAttention(d_model, n_heads) in place of its single head: the same model otherwise."""
+    require_count("n_heads", n_heads)
+    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
+    model = TinyModel(TinyConfig(vocab_size=n_symbols * n_symbols, max_len=require_count("length", length, 3),
+                                 d_model=d_model, seed=seed))
+    with torch.random.fork_rng():  # seeded like the rest of the model; the caller's generator is left alone
+        torch.manual_seed(seed)
+        for layer in model.layers:  # TinyLayer calls attention(x, mask=, bias=, rotate=): the same signature
+            layer.attention = MultiHeadAttention(d_model, n_heads, bias=True)
+    return model.to(torch.float64)
+
+
+def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_model: int = 32,
+                        steps: int = 150, lr: float = 0.01, batch: int = 64, seed: int = 0):
+    """multi_head_model trained (course_lib.training.train via train_tiny_model) on two_relation_batch.
+
+    Returns (model, losses).
+    """
+    model = multi_head_model(n_heads, n_symbols, length, d_model, seed)
+    losses = train_tiny_model(model, two_relation_batch(batch, length, n_symbols), steps, lr, seed)
+    return model, losses
+
+
+def _require_relation_model(model: object) -> int:
+    """The model's n_symbols, or a TypeError naming what it must be."""
+    if not isinstance(model, TinyModel) or not isinstance(model.layers[0].attention, MultiHeadAttention):
+        raise TypeError(f"model must be a TinyModel with MultiHeadAttention (see multi_head_model), "
+                        f"got {type(model).__name__}")
+    return round(model.config.vocab_size ** 0.5)
+
+
+@torch.no_grad()
+def relation_accuracy(model: nn.Module, n_sequences: int = 512, seed: int = 1) -> dict[str, float]:
+    """On fresh sequences, the share of positions t >= 1 whose answer gets each relation right.
+
+    Returns {"previous": ..., "first": ...}; chance is 1 / n_symbols for each.
+    """
+    n_symbols = _require_relation_model(model)
+    require_count("seed", seed, minimum=0)
+    ids, _ = two_relation_batch(n_sequences, model.config.max_len, n_symbols)(torch.Generator().manual_seed(seed))
+    previous, first = split_answer(model(ids).argmax(-1)[:, 1:], n_symbols)  # (B, T-1) each
+    return {"previous": (previous == ids[:, :-1]).double().mean().item(),
+            "first": (first == ids[:, :1]).double().mean().item()}
+
+
+@torch.no_grad()
+def relation_attention(model: nn.Module, n_sequences: int = 256, seed: int = 1) -> Tensor:
+    """(H, 2): mean weight each head puts on key t-1 and on key 0, over queries t >= 2 of fresh sequences."""
+    n_symbols = _require_relation_model(model)
+    require_count("seed", seed, minimum=0)
+    ids, _ = two_relation_batch(n_sequences, model.config.max_len, n_symbols)(torch.Generator().manual_seed(seed))
+    model(ids)
+    weights = model.last_weights  # (B, H, T, T)
+    on_previous = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)[..., 1:]  # (B, H, T-2): [t-1] for t >= 2
+    on_first = weights[..., 2:, 0]  # (B, H, T-2)
+    return torch.stack([on_previous.mean((0, 2)), on_first.mean((0, 2))], dim=-1)  # (H, 2)

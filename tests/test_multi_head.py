@@ -1,0 +1,438 @@
+"""Lesson 08: multi-head attention, checked against torch's nn.MultiheadAttention and by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_lib.attention_scores import Attention
+from course_lib.masks import IGNORE, causal_mask, padding_mask
+from course_lib.multi_head import (
+    MultiHeadAttention, attend_heads, head_weights, merge_heads, multi_head_model, multiply_adds, ov_matrix,
+    qk_matrix, relation_accuracy, relation_attention, split_answer, split_heads, to_torch,
+    train_two_relations, two_relation_batch, two_relation_targets, without_heads)
+from exercise_harness import outcome
+
+DTYPES = [torch.float32, torch.float64]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+SET = "08_multi_head"
+
+
+def torch_copy(layer: MultiHeadAttention, batch_first: bool) -> nn.MultiheadAttention:
+    """torch's layer with our weights, copied here (independently of multi_head.to_torch)."""
+    D = layer.d_model
+    mha = nn.MultiheadAttention(D, layer.n_heads, bias=layer.query.bias is not None, batch_first=batch_first,
+                                kdim=layer.d_memory, vdim=layer.d_memory, dtype=layer.query.weight.dtype)
+    with torch.no_grad():
+        if layer.d_memory == D:
+            mha.in_proj_weight[:D] = layer.query.weight
+            mha.in_proj_weight[D:2 * D] = layer.key.weight
+            mha.in_proj_weight[2 * D:] = layer.value.weight
+        else:
+            mha.q_proj_weight[:] = layer.query.weight
+            mha.k_proj_weight[:] = layer.key.weight
+            mha.v_proj_weight[:] = layer.value.weight
+        mha.out_proj.weight[:] = layer.out.weight
+        if layer.query.bias is not None:
+            mha.in_proj_bias[:] = torch.cat([layer.query.bias, layer.key.bias, layer.value.bias])
+            mha.out_proj.bias[:] = layer.out.bias
+    return mha
+
+
+def random_layer(seed: int, D: int, H: int, dtype=torch.float64, bias=True, d_memory=None) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    return MultiHeadAttention(D, H, d_memory=d_memory, bias=bias).to(dtype)
+
+
+# ---------------------------------------------------------------- against torch
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_self_attention_matches_torch_with_causal_and_padding_masks(seed, batch_first, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    B, T, H = 3, 7, [1, 2, 4, 8][seed]
+    layer = random_layer(seed, 16, H, dtype, bias=seed % 2 == 0)
+    theirs = torch_copy(layer, batch_first)
+    x = torch.randn(B, T, 16, generator=gen, dtype=dtype, requires_grad=True)
+    lengths = [T, 4, 1]
+    ours_mask = causal_mask(T) & padding_mask(lengths, T)  # (B, T, T), True = may attend
+    out, weights = layer(x, mask=ours_mask)
+    x_t = x if batch_first else x.transpose(0, 1)  # torch's (T, B, D) when not batch_first
+    ref, ref_weights = theirs(x_t, x_t, x_t, attn_mask=~causal_mask(T),
+                              key_padding_mask=~padding_mask(lengths, T)[:, 0], average_attn_weights=False)
+    ref = ref if batch_first else ref.transpose(0, 1)
+    assert out.shape == (B, T, 16) and weights.shape == (B, H, T, T)
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=TOL[dtype], rtol=0)
+    # gradients with respect to the input and to every projection agree too
+    g = torch.randn(out.shape, generator=gen, dtype=dtype)
+    ours_grads = torch.autograd.grad((out * g).sum(), [x, layer.query.weight, layer.out.weight])
+    ref_grads = torch.autograd.grad((ref * g).sum(), [x, theirs.in_proj_weight, theirs.out_proj.weight])
+    torch.testing.assert_close(ours_grads[0], ref_grads[0], atol=TOL[dtype] * 10, rtol=0)
+    torch.testing.assert_close(ours_grads[1], ref_grads[1][:16], atol=TOL[dtype] * 10, rtol=0)
+    torch.testing.assert_close(ours_grads[2], ref_grads[2], atol=TOL[dtype] * 10, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_cross_attention_with_kdim_vdim_matches_torch(seed, batch_first):
+    gen = torch.Generator().manual_seed(seed)
+    B, T, S, D, d_memory, H = 2, 5, 9, 12, 7, 3
+    layer = random_layer(seed, D, H, d_memory=d_memory)
+    theirs = torch_copy(layer, batch_first)
+    x = torch.randn(B, T, D, generator=gen, dtype=torch.float64)
+    memory = torch.randn(B, S, d_memory, generator=gen, dtype=torch.float64)
+    keep = torch.rand(B, T, S, generator=gen) < 0.7
+    keep[..., 0] = True  # every query keeps at least one key (torch gives NaN rows otherwise)
+    out, weights = layer(x, memory, mask=keep)
+    # torch's 3-D attn_mask is (B * H, T, S), batch-major: repeat each sequence's mask H times
+    t_mask = (~keep).repeat_interleave(H, dim=0)
+    q, kv = (x, memory) if batch_first else (x.transpose(0, 1), memory.transpose(0, 1))
+    ref, ref_weights = theirs(q, kv, kv, attn_mask=t_mask, average_attn_weights=False)
+    ref = ref if batch_first else ref.transpose(0, 1)
+    assert weights.shape == (B, H, T, S)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_to_torch_gives_torch_the_same_layer(batch_first):
+    layer = random_layer(5, 8, 2, d_memory=6)
+    theirs = to_torch(layer, batch_first=batch_first)
+    assert theirs.batch_first == batch_first and theirs.num_heads == 2 and theirs.kdim == theirs.vdim == 6
+    x, memory = torch.randn(3, 4, 8, dtype=torch.float64), torch.randn(3, 5, 6, dtype=torch.float64)
+    out, _ = layer(x, memory)
+    q, kv = (x, memory) if batch_first else (x.transpose(0, 1), memory.transpose(0, 1))
+    ref = theirs(q, kv, kv, need_weights=False)[0]
+    torch.testing.assert_close(out, ref if batch_first else ref.transpose(0, 1), atol=1e-12, rtol=0)
+
+
+def test_one_head_is_lesson_01s_attention():
+    layer = random_layer(1, 10, 1)
+    single = Attention(10, bias=True).double()
+    single.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 6, 10, dtype=torch.float64)
+    out, weights = layer(x, mask=causal_mask(6))
+    ref, ref_weights = single(x, mask=causal_mask(6))
+    torch.testing.assert_close(out, ref, atol=1e-14, rtol=0)
+    torch.testing.assert_close(weights[:, 0], ref_weights, atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 6])
+def test_each_head_attends_with_its_own_slices_by_hand(H):
+    """Head h, written out with torch.softmax on its weight slices; the heads' outputs concatenated."""
+    torch.manual_seed(H)
+    D, T, d_head = 12, 5, 12 // H
+    layer = MultiHeadAttention(D, H, bias=False).double()
+    x = torch.randn(T, D, dtype=torch.float64)
+    out, weights = layer(x)
+    pieces = []
+    for h in range(H):
+        rows = slice(h * d_head, (h + 1) * d_head)
+        q, k, v = (x @ p.weight[rows].T for p in (layer.query, layer.key, layer.value))  # (T, d_head)
+        w = torch.softmax(q @ k.T / math.sqrt(d_head), dim=-1)
+        torch.testing.assert_close(weights[h], w, atol=1e-14, rtol=0)
+        pieces.append(w @ v)
+    torch.testing.assert_close(out, torch.cat(pieces, -1) @ layer.out.weight.detach().T, atol=1e-13, rtol=0)
+
+
+def test_a_mask_for_t_s_or_b_t_s_reaches_every_head():
+    layer = random_layer(2, 8, 4)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    _, weights = layer(x, mask=causal_mask(5))
+    assert (weights.triu(1) == 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 4, 5, dtype=torch.float64))
+    _, weights = layer(x, mask=padding_mask([5, 2], 5))
+    assert (weights[1, :, :, 2:] == 0).all() and (weights[0] > 0).all()
+
+
+def test_rope_turns_every_head():
+    from course_lib.positional_encoding import RotaryPositions
+
+    layer = random_layer(3, 8, 2)
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    _, turned = layer(x, rotate=RotaryPositions().rotate)
+    _, plain = layer(x)
+    assert turned.shape == plain.shape == (1, 2, 6, 6)
+    assert (turned - plain).abs().amax(dim=(0, 2, 3)).min() > 1e-3  # both heads changed
+
+
+# ---------------------------------------------------------------- split, merge, cost
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_attend_heads_matches_torchs_attention_on_heads_split_by_hand(seed):
+    gen = torch.Generator().manual_seed(seed)
+    B, T, S, H, d = 2, 4, 6, [1, 2, 3, 4][seed], 3
+    q, k, v = (torch.randn(B, n, H * d, generator=gen, dtype=torch.float64) for n in (T, S, S))
+    keep = torch.rand(B, T, S, generator=gen) < 0.6
+    keep[..., -1] = True
+    out, weights = attend_heads(q, k, v, H, keep)
+
+    def heads(t):  # (B, n, H * d) -> (B, H, n, d), written here independently
+        return t.reshape(B, -1, H, d).permute(0, 2, 1, 3)
+
+    ref = torch.nn.functional.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=keep[:, None])
+    torch.testing.assert_close(out, ref.permute(0, 2, 1, 3).reshape(B, T, H * d), atol=1e-12, rtol=0)
+    assert (weights[~keep[:, None].expand(B, H, T, S)] == 0).all()
+
+
+
+def test_split_heads_takes_consecutive_columns_and_merge_undoes_it():
+    x = torch.arange(2 * 3 * 6, dtype=torch.float64).reshape(2, 3, 6)
+    heads = split_heads(x, 3)  # (2, 3 heads, 3 positions, 2)
+    assert heads.shape == (2, 3, 3, 2)
+    for h in range(3):
+        assert torch.equal(heads[:, h], x[..., 2 * h: 2 * h + 2])
+    assert torch.equal(merge_heads(heads), x)
+
+
+@pytest.mark.parametrize("T,S", [(16, 16), (5, 11)])
+def test_multiply_adds_do_not_depend_on_the_number_of_heads(T, S):
+    D = 48
+    expected = 2 * T * D * D + 2 * S * D * D + 2 * T * S * D  # q, out; k, v; scores, weights @ v
+    for H in (1, 2, 3, 4, 6, 8, 12):
+        counts = multiply_adds(D, H, T, S)
+        assert counts["multiply-adds"] == expected
+        assert counts["exp_"] == H * T * S  # the softmax does grow: one exp per head, query, key
+
+
+# ---------------------------------------------------------------- QK and OV
+
+
+@pytest.mark.parametrize("H", [1, 2, 4])
+def test_qk_matrix_gives_each_heads_scores_and_has_rank_at_most_d_head(H):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, H, d_memory=6).double()  # no biases: the scores are the form alone
+    x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(7, 6, dtype=torch.float64)
+    _, weights = layer(x, y)
+    for h in range(H):
+        m = qk_matrix(layer, h)  # (D, d_memory)
+        assert m.shape == (8, 6)
+        torch.testing.assert_close(weights[h], torch.softmax(x @ m @ y.T / math.sqrt(8 // H), -1), atol=1e-13, rtol=0)
+        assert torch.linalg.matrix_rank(m) == min(8 // H, 6)
+
+
+def test_qk_matrix_is_not_symmetric_in_general():
+    layer = random_layer(0, 8, 2, bias=False)
+    m = qk_matrix(layer, 0)
+    assert (m - m.T).norm() > 0.5 * m.norm()
+
+
+@pytest.mark.parametrize("H", [1, 2, 4])
+def test_output_is_the_sum_over_heads_of_weights_times_source_times_ov(H):
+    torch.manual_seed(1)
+    layer = MultiHeadAttention(8, H, d_memory=5).double()
+    x, y = torch.randn(3, 8, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    out, weights = layer(x, y)
+    total = sum(weights[h] @ y @ ov_matrix(layer, h) for h in range(H))
+    torch.testing.assert_close(out, total, atol=1e-13, rtol=0)
+    assert all(torch.linalg.matrix_rank(ov_matrix(layer, h)) <= 8 // H for h in range(H))
+
+
+def test_without_heads_removes_exactly_that_heads_contribution():
+    layer = random_layer(4, 8, 4, bias=False)
+    x = torch.randn(5, 8, dtype=torch.float64)
+    out, weights = layer(x)
+    silenced = without_heads(layer, [1, 3])
+    got, _ = silenced(x)
+    expected = out - weights[1] @ x @ ov_matrix(layer, 1) - weights[3] @ x @ ov_matrix(layer, 3)
+    torch.testing.assert_close(got, expected, atol=1e-13, rtol=0)
+    assert layer.out.weight.abs().min() > 0  # the original is untouched
+
+
+def test_head_weights_are_the_heads_slices():
+    layer = random_layer(0, 6, 3)
+    w = head_weights(layer, 2)
+    assert torch.equal(w["query"], layer.query.weight[4:6]) and torch.equal(w["out"], layer.out.weight[:, 4:6])
+
+
+# ---------------------------------------------------------------- the two-relation task
+
+
+def test_two_relation_targets_by_loop():
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, (4, 7), generator=gen)
+    targets = two_relation_targets(ids, 5)
+    for b in range(4):
+        assert targets[b, 0] == IGNORE
+        for t in range(1, 7):
+            assert targets[b, t] == ids[b, t - 1] * 5 + ids[b, 0]
+    previous, first = split_answer(targets[:, 1:], 5)
+    assert torch.equal(previous, ids[:, :-1]) and torch.equal(first, ids[:, :1].expand(4, 6))
+
+
+def test_batches_are_seeded_and_fresh():
+    make = two_relation_batch(8, 6, 4)
+    a, b = make(torch.Generator().manual_seed(0)), make(torch.Generator().manual_seed(0))
+    assert torch.equal(a[0], b[0]) and a[0].max() < 4
+    gen = torch.Generator().manual_seed(0)
+    assert not torch.equal(make(gen)[0], make(gen)[0])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only adds waiting (15 s instead of 1 s here)
+    try:
+        return {H: train_two_relations(H)[0] for H in (1, 2, 4)}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_two_trained_heads_specialise_and_ablation_costs_each_its_own_relation(trained):
+    model = trained[2]
+    assert relation_accuracy(model) == {"previous": 1.0, "first": 1.0}
+    roles = relation_attention(model)  # (2, 2)
+    previous_head = int(roles[:, 0].argmax())
+    first_head = 1 - previous_head
+    assert roles[previous_head, 0] > 0.95 and roles[first_head, 1] > 0.95
+    lost_previous = relation_accuracy(without_heads(model, [previous_head]))
+    lost_first = relation_accuracy(without_heads(model, [first_head]))
+    assert lost_previous["previous"] < 0.5 and lost_previous["first"] > 0.99
+    assert lost_first["first"] < 0.5 and lost_first["previous"] > 0.99
+
+
+def test_one_head_splits_its_weight_between_the_two_positions(trained):
+    roles = relation_attention(trained[1])[0]
+    assert 0.2 < roles.min() and roles.max() < 0.8 and roles.sum() > 0.9
+    assert min(relation_accuracy(trained[1]).values()) > 0.99
+
+
+def test_with_four_heads_no_single_head_is_indispensable(trained):
+    worst = {n: min(min(relation_accuracy(without_heads(trained[n], [h])).values()) for h in range(n))
+             for n in (2, 4)}
+    assert worst[2] < 0.35 and worst[4] > 0.5
+
+
+def test_an_untrained_model_is_at_chance():
+    accuracy = relation_accuracy(multi_head_model(2))
+    assert max(accuracy.values()) < 0.4
+
+
+# ---------------------------------------------------------------- bad input, named
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: MultiHeadAttention(10, 3), "d_k=10 does not split into n_heads=3"),
+    (lambda: MultiHeadAttention(8, 0), "n_heads"),
+    (lambda: MultiHeadAttention(8, 2, d_v=5), "d_v=5"),
+    (lambda: MultiHeadAttention(8, 2, bias=1), "bias"),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 7)), "x"),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), torch.randn(4, 5)), "memory"),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), mask=torch.ones(3, 3)), "mask"),
+    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), mask=torch.ones(4, 4, dtype=torch.bool)), "mask"),
+    (lambda: split_heads(torch.randn(2, 7), 2), "x's last dimension 7"),
+    (lambda: merge_heads(torch.randn(2, 7)), "x"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 7), torch.randn(4, 8), 2), "k's last dimension 7"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8), 0), "n_heads"),
+    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(5, 8), 2), "same number of positions"),
+    (lambda: to_torch(Attention(4)), "layer"),
+    (lambda: to_torch(MultiHeadAttention(4, 2, d_k=8)), "d_k = d_v = d_model"),
+    (lambda: qk_matrix(MultiHeadAttention(4, 2), 2), "head=2 is out of range"),
+    (lambda: ov_matrix(MultiHeadAttention(4, 2), -1), "head"),
+    (lambda: without_heads(MultiHeadAttention(4, 2), 0), "heads"),
+    (lambda: without_heads(MultiHeadAttention(4, 2), [5]), "head=5"),
+    (lambda: two_relation_targets(torch.tensor([[0, 7]]), 3), "ids"),
+    (lambda: two_relation_batch(4, 2, 3), "length"),
+    (lambda: relation_accuracy(nn.Linear(2, 2)), "model"),
+    (lambda: multiply_adds(8, 3), "n_heads=3"),
+])
+def test_bad_input_is_refused_by_name(call, message):
+    with pytest.raises((TypeError, ValueError)) as caught:
+        call()
+    assert message in str(caught.value)
+
+
+# ---------------------------------------------------------------- widget
+
+
+def test_widget_keeps_the_head_in_range_and_redraws_fast(trained):
+    from course_lib.widgets.multi_head import heads_widget
+
+    view = heads_widget(trained)
+    heads = view.controls["head"]
+    view.controls["n_heads"].value = 2
+    heads.value = 1
+    view.controls["n_heads"].value = 1
+    assert heads.value == 0 and heads.max == 0
+    assert "head 0 of 1" in view.view.value
+    assert max(view.timings_ms[1:]) < 100
+
+
+# ---------------------------------------------------------------- exercise set 08: known-wrong answers
+
+MUTANTS = {
+    "split_into_heads": {
+        "reshaped straight to (B, H, T, d_head)": "def split_into_heads(x, n_heads):\n    B, T, D = x.shape\n"
+                                                  "    return x.reshape(B, n_heads, T, D // n_heads)",
+        "every H-th column": "def split_into_heads(x, n_heads):\n    B, T, D = x.shape\n"
+                             "    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)",
+        "calls the course reference": "from course_lib.multi_head import split_heads\n"
+                                      "def split_into_heads(x, n_heads):\n    return split_heads(x, n_heads)",
+    },
+    "multi_head_attend": {
+        "scaled by sqrt(D)": "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+                             "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                             "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D)\n"
+                             "    if mask is not None:\n"
+                             "        s = s.masked_fill(~(mask.unsqueeze(-3) if mask.dim() == 3 else mask), float('-inf'))\n"
+                             "    w = torch.softmax(s, -1)\n    return (w @ vh).transpose(1, 2).reshape(B, T, D), w",
+        "merged without swapping H and T back": "def multi_head_attend(q, k, v, n_heads, mask=None):\n"
+                                                "    B, T, D = q.shape\n"
+                                                "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                                                "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads)\n"
+                                                "    if mask is not None:\n"
+                                                "        s = s.masked_fill(~(mask.unsqueeze(-3) if mask.dim() == 3 else mask), float('-inf'))\n"
+                                                "    w = torch.softmax(s, -1)\n    return (w @ vh).reshape(B, T, D), w",
+        "ignores the mask": "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+                            "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+                            "    w = torch.softmax(qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads), -1)\n"
+                            "    return (w @ vh).transpose(1, 2).reshape(B, T, D), w",
+        "calls torch's scaled_dot_product_attention": (
+            "import torch.nn.functional as F\n"
+            "def multi_head_attend(q, k, v, n_heads, mask=None):\n    B, T, D = q.shape\n"
+            "    qh, kh, vh = (split_into_heads(t, n_heads) for t in (q, k, v))\n"
+            "    m = None if mask is None else (mask.unsqueeze(-3) if mask.dim() == 3 else mask)\n"
+            "    s = qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads)\n"
+            "    w = torch.softmax(s if m is None else s.masked_fill(~m, float('-inf')), -1)\n"
+            "    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=m)\n"
+            "    return out.transpose(1, 2).reshape(B, T, D), w"),
+    },
+    "qk_form": {
+        "W_K^T W_Q (the transpose)": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
+                                     "    r = slice(head * d, (head + 1) * d)\n    return w_k[r].T @ w_q[r]",
+        "head's columns instead of rows": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
+                                          "    r = slice(head * d, (head + 1) * d)\n    return w_q[:, r] @ w_k[:, r].T",
+        "every head at once": "def qk_form(w_q, w_k, head, n_heads):\n    return w_q.T @ w_k",
+        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, qk_matrix\n"
+                                      "def qk_form(w_q, w_k, head, n_heads):\n"
+                                      "    m = MultiHeadAttention(w_q.shape[1], n_heads).double()\n"
+                                      "    m.query.weight.data, m.key.weight.data = w_q.double(), w_k.double()\n"
+                                      "    return qk_matrix(m, head)",
+    },
+    "silence_head": {
+        "rows instead of columns": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
+                                   "    s = w_out.clone()\n    s[head * d: (head + 1) * d] = 0.0\n    return s",
+        "zeroed in place": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
+                           "    w_out[:, head * d: (head + 1) * d] = 0.0\n    return w_out",
+        "every H-th column": "def silence_head(w_out, head, n_heads):\n    s = w_out.clone()\n"
+                             "    s[:, head::n_heads] = 0.0\n    return s",
+        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, without_heads\n"
+                                      "def silence_head(w_out, head, n_heads):\n"
+                                      "    m = MultiHeadAttention(w_out.shape[0], n_heads).double()\n"
+                                      "    m.out.weight.data = w_out.double().clone()\n"
+                                      "    return without_heads(m, [head]).out.weight.detach()",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
