@@ -268,6 +268,12 @@ class OperationCounter(TorchDispatchMode):
         super().__init__()
         self.counts: Counter[str] = Counter()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled: without this, torch imports its compiler on the first count
+        # (seconds of a lesson's run time) only to switch it off inside this mode.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..multi_head import MultiHeadAttention, attend_heads, qk_matrix, split_heads, without_heads
-from . import compare, earlier_answers, exercise_check, passed
+from . import call, compare, earlier_answers, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand.
 X = torch.arange(8, dtype=torch.float32).reshape(1, 2, 4)  # (B=1, T=2, D=4): rows 0 1 2 3 and 4 5 6 7
@@ -20,17 +20,6 @@ W_Q = torch.arange(16, dtype=torch.float64).reshape(4, 4) / 4  # (d_k=4, D=4), n
 W_K = torch.eye(4, dtype=torch.float64).flip(0) + 0.5 * torch.ones(4, 4, dtype=torch.float64)
 
 
-def _call(label: str, fn: Callable, *args, hint: str = ""):
-    """Run the learner's function; turn an exception into a check failure that names it."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
-    except Exception as error:  # the learner sees their own error, plus the likely cause
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
-                             + (f". Likely bug: {hint}" if hint else "")) from None
-
-
 def _strided(x: Tensor, n_heads: int) -> Tensor:
     """The usual wrong split: head h takes columns h, h + H, h + 2H, ... (B, T, D) -> (B, H, T, d_head)."""
     B, T, D = x.shape
@@ -39,7 +28,7 @@ def _strided(x: Tensor, n_heads: int) -> Tensor:
 
 @exercise_check
 def check_split_into_heads(split_into_heads: Callable) -> None:
-    got = _call("split_into_heads(X, 2)", split_into_heads, X.clone(), 2)
+    got = call("split_into_heads(X, 2)", split_into_heads, X.clone(), 2)
     B, T, D = X.shape
     compare("split_into_heads(X, 2)  (X: (1, 2, 4), rows [0 1 2 3] and [4 5 6 7]; want (1, 2, 2, 2))",
             got, split_heads(X, 2), {
@@ -49,7 +38,7 @@ def check_split_into_heads(split_into_heads: Callable) -> None:
                     _strided(X, 2),
             })
     wide = torch.arange(2 * 3 * 6, dtype=torch.float32).reshape(2, 3, 6)
-    got = _call("split_into_heads(x, 3) with x of shape (2, 3, 6)", split_into_heads, wide.clone(), 3)
+    got = call("split_into_heads(x, 3) with x of shape (2, 3, 6)", split_into_heads, wide.clone(), 3)
     compare("split_into_heads(x, 3) for x of shape (2, 3, 6)", got, split_heads(wide, 3), {
         "reshaped straight to (B, H, T, d_head) instead of splitting the last axis":
             wide.reshape(2, 3, 3, 2),
@@ -77,7 +66,7 @@ def _wrong_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | 
 @exercise_check
 def check_multi_head_attend(multi_head_attend: Callable) -> None:
     with earlier_answers(multi_head_attend, split_into_heads=split_heads):  # one mistake costs once
-        got = _call("multi_head_attend(Q, K, V, 2)", multi_head_attend, Q.clone(), K.clone(), V.clone(), 2)
+        got = call("multi_head_attend(Q, K, V, 2)", multi_head_attend, Q.clone(), K.clone(), V.clone(), 2)
         if not isinstance(got, tuple) or len(got) != 2:
             raise AssertionError("multi_head_attend must return two tensors: (output, weights)")
         out, weights = got
@@ -95,7 +84,7 @@ def check_multi_head_attend(multi_head_attend: Callable) -> None:
             "each head's scores are divided by sqrt(d_head) = sqrt(D / H), not sqrt(D)":
                 _wrong_attend(Q, K, V, 2, None, full_scale=True)[0],
         })
-        out, weights = _call("multi_head_attend(Q, K, V, 2, MASK)", multi_head_attend, Q.clone(), K.clone(),
+        out, weights = call("multi_head_attend(Q, K, V, 2, MASK)", multi_head_attend, Q.clone(), K.clone(),
                              V.clone(), 2, MASK.clone())
         want_out, want_weights = reference_multi_head_attend(Q, K, V, 2, MASK)
         compare("weights with MASK (False = may not attend; the same mask for every head)", weights,
@@ -121,7 +110,7 @@ def _layer_with(d_model: int, n_heads: int, **weights: Tensor) -> MultiHeadAtten
 
 @exercise_check
 def check_qk_form(qk_form: Callable) -> None:
-    got = _call("qk_form(W_Q, W_K, 1, 2)", qk_form, W_Q.clone(), W_K.clone(), 1, 2)
+    got = call("qk_form(W_Q, W_K, 1, 2)", qk_form, W_Q.clone(), W_K.clone(), 1, 2)
     want = reference_qk_form(W_Q, W_K, 1, 2)
     rows = slice(2, 4)
     compare("qk_form(W_Q, W_K, head=1, n_heads=2)  (a (4, 4) matrix)", got, want, {
@@ -144,7 +133,7 @@ def reference_silence_head(w_out: Tensor, head: int, n_heads: int) -> Tensor:
 def check_silence_head(silence_head: Callable) -> None:
     w_out = torch.arange(1.0, 17.0, dtype=torch.float64).reshape(4, 4)  # (D=4, d_v=4)
     given = w_out.clone()
-    got = _call("silence_head(w_out, 0, 2)", silence_head, given, 0, 2)
+    got = call("silence_head(w_out, 0, 2)", silence_head, given, 0, 2)
     rows_zeroed = w_out.clone()
     rows_zeroed[0:2] = 0
     strided = w_out.clone()
@@ -158,6 +147,6 @@ def check_silence_head(silence_head: Callable) -> None:
     if not torch.equal(given, w_out):
         raise AssertionError("silence_head changed the matrix it was given: return a changed copy "
                              "(w_out.clone()), so the trained layer stays as it was. Likely bug: zeroed in place")
-    got = _call("silence_head(w_out, 1, 4)", silence_head, w_out.clone(), 1, 4)
+    got = call("silence_head(w_out, 1, 4)", silence_head, w_out.clone(), 1, 4)
     compare("silence_head(w_out, head=1, n_heads=4)", got, reference_silence_head(w_out, 1, 4))
     passed("silence_head")
