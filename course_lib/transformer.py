@@ -1,0 +1,265 @@
+"""Lesson 09: the Transformer, assembled from the course's pieces and trained on a CPU.
+
+Read it top to bottom: a flat config, the position-wise feed-forward network, ONE block class
+(encoder block, decoder block, or a decoder-only block), the encoder-decoder model, and a
+decoder-only model that reuses the same blocks. Nothing is written again here: the heads are
+lesson 08's MultiHeadAttention, the masks lesson 02's, the positions lesson 04's sinusoidal
+table, the norms lesson 05's LayerNorm, and training goes through course_lib.training.train.
+
+With dropout 0 and ReLU, a block is torch's nn.TransformerEncoderLayer (cross=False) or
+nn.TransformerDecoderLayer (cross=True), post-LN or pre-LN (norm_first), and the model's core
+is nn.Transformer: `copy_from_torch` copies their weights in and the tests compare outputs and
+gradients. After the model: the toy tasks (reverse, sort), greedy decoding, and the lesson's
+measurements (residuals, post-LN vs pre-LN, the FFN's share, parallel vs sequential).
+
+Dimension names: see course_lib/__init__.py. S source positions, T target positions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .guards import require_choice, require_count, require_float, require_integer, require_number
+from .masks import causal_mask, padding_mask
+from .multi_head import MultiHeadAttention
+from .normalization import LayerNorm
+from .positional_encoding import SinusoidalPositionalEncoding
+from .training import train
+
+
+@dataclass
+class TransformerConfig:
+    """Everything that defines a Transformer, flat: one line of a notebook changes one thing."""
+
+    vocab_size: int = 12  # source and target share one vocabulary and one embedding table
+    max_len: int = 16  # longest source or target (the sinusoidal table's length)
+    d_model: int = 32
+    n_heads: int = 4
+    d_ff: int = 64  # the FFN's hidden width (4 * d_model in the 2017 paper)
+    n_encoder_layers: int = 1
+    n_decoder_layers: int = 1
+    norm_first: bool = False  # False: post-LN (2017), True: pre-LN (GPT-2); torch's norm_first
+    residual: bool = True  # False only to see what the residual connections are for
+    eps: float = 1e-5  # LayerNorm's epsilon
+    seed: int = 0  # the initial weights
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise, naming the field, unless every field has a usable value."""
+        require_count("config.vocab_size", self.vocab_size, minimum=2)
+        require_count("config.max_len", self.max_len)
+        for name in ("d_model", "n_heads", "d_ff"):
+            require_count(f"config.{name}", getattr(self, name))
+        require_count("config.n_encoder_layers", self.n_encoder_layers, minimum=0)
+        require_count("config.n_decoder_layers", self.n_decoder_layers, minimum=0)
+        require_count("config.seed", self.seed, minimum=0)
+        require_number("config.eps", self.eps, non_negative=True)
+        for name in ("norm_first", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"config.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads or self.d_model % 2:
+            raise ValueError(f"config.d_model={self.d_model} must be even (sinusoidal pairs) and split "
+                             f"into config.n_heads={self.n_heads} equal heads")
+
+
+class FeedForward(nn.Module):
+    """The position-wise FFN: Linear(D, d_ff), ReLU, Linear(d_ff, D), on every token alone.
+
+    x: (..., T, D) -> (..., T, D). Names as torch's layers: linear1, linear2.
+    """
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))  # (..., T, d_ff) -> (..., T, D)
+
+
+class Block(nn.Module):
+    """Self-attention, then (cross=True) cross-attention to the encoder's output, then the FFN.
+
+    Each of these sublayers f sits on a residual branch with its own LayerNorm:
+        post-LN (norm_first=False, 2017):  x = LN(x + f(x))
+        pre-LN  (norm_first=True, GPT-2):  x = x + f(LN(x))
+    cross=False with no mask: an encoder block; with a causal mask: a decoder-only (GPT) block.
+    x: (B, T, D), memory: (B, S, D) -> (B, T, D). The last call's attention weights are kept
+    in `self_weights` (B, H, T, T) and `cross_weights` (B, H, T, S).
+    """
+
+    def __init__(self, config: TransformerConfig, cross: bool):
+        super().__init__()
+        D, H = config.d_model, config.n_heads
+        self.norm_first, self.residual = config.norm_first, config.residual
+        self.self_attention = MultiHeadAttention(D, H, bias=True)
+        self.cross_attention = MultiHeadAttention(D, H, bias=True) if cross else None
+        self.ffn = FeedForward(D, config.d_ff)
+        self.norms = nn.ModuleList(LayerNorm(D, config.eps) for _ in range(3 if cross else 2))
+        self.self_weights: Tensor | None = None
+        self.cross_weights: Tensor | None = None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        def attend_self(h: Tensor) -> Tensor:
+            out, self.self_weights = self.self_attention(h, mask=mask)  # (B, T, D), (B, H, T, T)
+            return out
+
+        def attend_memory(h: Tensor) -> Tensor:
+            out, self.cross_weights = self.cross_attention(h, memory, mask=memory_mask)  # (B, H, T, S)
+            return out
+
+        sublayers = [attend_self] + ([attend_memory] if self.cross_attention is not None else []) + [self.ffn]
+        for norm, sublayer in zip(self.norms, sublayers):
+            h = sublayer(norm(x) if self.norm_first else x)
+            h = x + h if self.residual else h  # the residual: x itself reaches the next sublayer
+            x = h if self.norm_first else norm(h)
+        return x
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer: embed, encode the source, decode the target, read out.
+
+    model(src, tgt_in) -> logits (B, T, V): src (B, S) and tgt_in (B, T) are token ids; the
+    decoder's position t sees tgt_in[:, :t+1] (causal mask) and the whole source (minus the
+    padding past src_lengths). encode / decode split the two halves for greedy decoding;
+    encode_vectors / decode_vectors are the core that equals nn.Transformer.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        config.validate()  # fields may have been changed since the config was made
+        self.config = config
+        D, V = config.d_model, config.vocab_size
+        with torch.random.fork_rng():  # seeded initial weights; the caller's generator is left alone
+            torch.manual_seed(config.seed)
+            self.tokens = nn.Embedding(V, D)
+            self.positions = SinusoidalPositionalEncoding(config.max_len, D)
+            self.encoder = nn.ModuleList(Block(config, cross=False) for _ in range(config.n_encoder_layers))
+            self.decoder = nn.ModuleList(Block(config, cross=True) for _ in range(config.n_decoder_layers))
+            # nn.Transformer ends both stacks with a LayerNorm, post-LN or pre-LN alike
+            self.encoder_norm, self.decoder_norm = LayerNorm(D, config.eps), LayerNorm(D, config.eps)
+            self.readout = nn.Linear(D, V)
+
+    def embed(self, ids: Tensor) -> Tensor:
+        require_token_ids("ids", ids, self.config.vocab_size, self.config.max_len)
+        x = self.tokens(ids)  # (B, T, D)
+        return self.positions(x.to(self.readout.weight.dtype))  # (B, T, D)
+
+    def encode_vectors(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (B, S, D) -> memory (B, S, D). mask: (B, 1, S) padding mask or None."""
+        for block in self.encoder:
+            x = block(x, mask)
+        return self.encoder_norm(x)
+
+    def decode_vectors(self, y: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
+        """y: (B, T, D), memory: (B, S, D) -> (B, T, D); every block is causal over y."""
+        mask = causal_mask(y.shape[-2])  # (T, T)
+        for block in self.decoder:
+            y = block(y, mask, memory, memory_mask)
+        return self.decoder_norm(y)
+
+    def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """src: (B, S) ids -> (memory (B, S, D), padding mask (B, 1, S) or None)."""
+        mask = None if src_lengths is None else padding_mask(src_lengths, src.shape[-1])  # (B, 1, S)
+        return self.encode_vectors(self.embed(src), mask), mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
+        """tgt_in: (B, T) ids -> logits (B, T, V)."""
+        return self.readout(self.decode_vectors(self.embed(tgt_in), memory, memory_mask))
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_lengths: Tensor | None = None) -> Tensor:
+        memory, mask = self.encode(src, src_lengths)  # (B, S, D)
+        return self.decode(tgt_in, memory, mask)  # (B, T, V)
+
+
+class DecoderOnly(nn.Module):
+    """A decoder-only (GPT-style) model from the same blocks: cross=False, causal mask.
+
+    ids: (B, T) -> logits (B, T, V). Config fields used: vocab_size, max_len, d_model, n_heads,
+    d_ff, n_decoder_layers, norm_first, residual, eps, seed.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        config.validate()
+        self.config = config
+        with torch.random.fork_rng():
+            torch.manual_seed(config.seed)
+            self.tokens = nn.Embedding(config.vocab_size, config.d_model)
+            self.positions = SinusoidalPositionalEncoding(config.max_len, config.d_model)
+            self.blocks = nn.ModuleList(Block(config, cross=False) for _ in range(config.n_decoder_layers))
+            self.norm = LayerNorm(config.d_model, config.eps)
+            self.readout = nn.Linear(config.d_model, config.vocab_size)
+
+    embed = Transformer.embed
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x, mask = self.embed(ids), causal_mask(ids.shape[-1])  # (B, T, D), (T, T)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.readout(self.norm(x))  # (B, T, V)
+
+
+def require_token_ids(name: str, ids: object, vocab_size: int, max_len: int) -> Tensor:
+    require_integer(name, ids, 2, 2)
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from "
+                         f"{int(ids.min())} to {int(ids.max())}")
+    if ids.shape[-1] > max_len:
+        raise ValueError(f"{name} has length {ids.shape[-1]}, longer than config.max_len={max_len}")
+    return ids
+
+
+# ---------------------------------------------------------------- torch's modules, weights copied in
+
+@torch.no_grad()
+def copy_attention_from_torch(mine: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    """theirs' packed in_proj (3D, D) holds W_Q, W_K, W_V stacked; out_proj is our `out`."""
+    for linear, weight, bias in zip((mine.query, mine.key, mine.value), theirs.in_proj_weight.chunk(3),
+                                    theirs.in_proj_bias.chunk(3)):
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    mine.out.weight.copy_(theirs.out_proj.weight)
+    mine.out.bias.copy_(theirs.out_proj.bias)
+
+
+@torch.no_grad()
+def copy_block_from_torch(block: Block, layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
+    """Copy an nn.TransformerEncoderLayer (into cross=False) or DecoderLayer (cross=True)."""
+    decoder = isinstance(layer, nn.TransformerDecoderLayer)
+    if decoder != (block.cross_attention is not None):
+        raise ValueError("a decoder layer goes into a block with cross=True, an encoder layer into cross=False")
+    copy_attention_from_torch(block.self_attention, layer.self_attn)
+    if decoder:
+        copy_attention_from_torch(block.cross_attention, layer.multihead_attn)
+    for mine, theirs in ((block.ffn.linear1, layer.linear1), (block.ffn.linear2, layer.linear2)):
+        mine.weight.copy_(theirs.weight)
+        mine.bias.copy_(theirs.bias)
+    norms = (layer.norm1, layer.norm2) + ((layer.norm3,) if decoder else ())
+    for mine, theirs in zip(block.norms, norms):
+        mine.weight.copy_(theirs.weight)
+        mine.bias.copy_(theirs.bias)
+
+
+@torch.no_grad()
+def copy_from_torch(model: Transformer, theirs: nn.Transformer) -> None:
+    """Copy nn.Transformer's layers and final norms into `model` (same depths and widths)."""
+    pairs = list(zip(model.encoder, theirs.encoder.layers)) + list(zip(model.decoder, theirs.decoder.layers))
+    if len(model.encoder) != len(theirs.encoder.layers) or len(model.decoder) != len(theirs.decoder.layers):
+        raise ValueError("model and theirs must have the same numbers of encoder and decoder layers")
+    for block, layer in pairs:
+        copy_block_from_torch(block, layer)
+    for mine, norm in ((model.encoder_norm, theirs.encoder.norm), (model.decoder_norm, theirs.decoder.norm)):
+        mine.weight.copy_(norm.weight)
+        mine.bias.copy_(norm.bias)
