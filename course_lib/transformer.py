@@ -263,3 +263,169 @@ def copy_from_torch(model: Transformer, theirs: nn.Transformer) -> None:
     for mine, norm in ((model.encoder_norm, theirs.encoder.norm), (model.decoder_norm, theirs.decoder.norm)):
         mine.weight.copy_(norm.weight)
         mine.bias.copy_(norm.bias)
+
+
+# ---------------------------------------------------------------- toy tasks: reverse and sort
+
+TASKS = ("reverse", "sort")
+BOS = 0  # "begin": the decoder's first input; the symbols are 1 .. n_symbols
+
+
+class Batch(NamedTuple):
+    src: Tensor  # (B, S) symbols
+    tgt_in: Tensor  # (B, T) BOS, then the answer shifted right by one (teacher forcing)
+    tgt_out: Tensor  # (B, T) the answer
+
+
+def task_answer(task: str, src: Tensor) -> Tensor:
+    """The answer to `task` for each source row: src (B, S) -> (B, S)."""
+    require_choice("task", task, TASKS)
+    require_integer("src", src, 2, 2)
+    return src.flip(-1) if task == "reverse" else src.sort(-1).values
+
+
+def is_held_out(src: Tensor) -> Tensor:
+    """(B, S) -> (B,) bool: about 1 source in 7, by a fixed hash of the whole row, is never trained on."""
+    require_integer("src", src, 2, 2)
+    return (src * torch.arange(3, 3 + src.shape[-1])).sum(-1) % 7 == 0
+
+
+def toy_batch(task: str, n_sequences: int, length: int, n_symbols: int, generator: torch.Generator,
+              held_out: bool = False) -> Batch:
+    """n_sequences random sources of `length` symbols in 1..n_symbols, from the training part
+    (held_out=False) or the held-out part (True), with their answers."""
+    require_choice("task", task, TASKS)
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_count("n_symbols", n_symbols, minimum=2)
+    rows = []
+    while sum(len(r) for r in rows) < n_sequences:  # draw more than needed, keep one part
+        src = torch.randint(1, n_symbols + 1, (2 * n_sequences + 16, length), generator=generator)
+        rows.append(src[is_held_out(src) == held_out])
+    src = torch.cat(rows)[:n_sequences]  # (B, S)
+    answer = task_answer(task, src)  # (B, T), T = S
+    bos = torch.full((n_sequences, 1), BOS)
+    return Batch(src, torch.cat([bos, answer[:, :-1]], dim=1), answer)
+
+
+def sequence_loss(model: Transformer, batch: Batch) -> Tensor:
+    """Mean cross-entropy of the teacher-forced logits against every answer token."""
+    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten())
+
+
+def train_transformer(task: str = "reverse", config: TransformerConfig | None = None, steps: int = 200,
+                      n_sequences: int = 64, length: int = 8, lr: float = 3e-3, seed: int = 0,
+                      progress: bool = False) -> tuple[Transformer, list[float]]:
+    """Train a float64 Transformer on `task` with the course's one loop (Adam); returns (model, losses).
+
+    Sources have `length` symbols in 1..vocab_size-1 (0 is BOS) and never come from the held-out part.
+    """
+    config = TransformerConfig() if config is None else config
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    model = Transformer(config).double()
+    generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
+
+    def loss_of_step(_: int) -> Tensor:
+        return sequence_loss(model, toy_batch(task, n_sequences, length, config.vocab_size - 1, generator))
+
+    return model, train(loss_of_step, model.parameters(), steps, lr, progress=progress)
+
+
+# ---------------------------------------------------------------- greedy decoding, one token at a time
+
+class Decoding(NamedTuple):
+    tokens: Tensor  # (B, T) the chosen tokens
+    logits: Tensor  # (B, T, V) step t's logits (the last row of the decoder's output)
+    cross_weights: Tensor  # (B, T, H, S) step t's cross-attention (last decoder block)
+
+
+@torch.no_grad()
+def greedy_decode(model: Transformer, src: Tensor, steps: int) -> Decoding:
+    """Encode src (B, S) once; then `steps` times: decode the prefix, append the argmax token.
+
+    The decoder sees only what it has written so far (BOS first), never the answer.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    require_count("steps", steps)
+    memory, mask = model.encode(src)  # (B, S, D)
+    prefix = torch.full((src.shape[0], 1), BOS)  # (B, 1)
+    logits, weights = [], []
+    for _ in range(steps):
+        last = model.decode(prefix, memory, mask)[:, -1]  # (B, V): only the newest row is new
+        logits.append(last)
+        weights.append(model.decoder[-1].cross_weights[:, :, -1])  # (B, H, S)
+        prefix = torch.cat([prefix, last.argmax(-1, keepdim=True)], dim=1)  # (B, t + 2)
+    return Decoding(prefix[:, 1:], torch.stack(logits, 1), torch.stack(weights, 1))
+
+
+def exact_match(predicted: Tensor, answer: Tensor) -> float:
+    """Share of rows whose every token is right: predicted, answer (B, T) -> a float in [0, 1]."""
+    require_integer("predicted", predicted, 2, 2)
+    require_integer("answer", answer, 2, 2)
+    if predicted.shape != answer.shape:
+        raise ValueError(f"predicted {tuple(predicted.shape)} and answer {tuple(answer.shape)} differ in shape")
+    return (predicted == answer).all(-1).double().mean().item()
+
+
+def held_out_accuracy(model: Transformer, task: str, n_sequences: int = 500, length: int = 8,
+                      seed: int = 1) -> float:
+    """Exact-sequence accuracy of greedy decoding on held-out sources (never trained on)."""
+    batch = toy_batch(task, n_sequences, length, model.config.vocab_size - 1, torch.Generator().manual_seed(seed),
+                      held_out=True)
+    return exact_match(greedy_decode(model, batch.src, length).tokens, batch.tgt_out)
+
+
+# ---------------------------------------------------------------- measurements: parameters and time
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Parameters by part, counted from the module: attention, ffn, norms, tokens, readout."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    counts: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        part = next((k for k in ("attention", "ffn", "norm") if k in name), name.split(".")[0])
+        counts[part] = counts.get(part, 0) + p.numel()
+    return counts
+
+
+def _seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Fastest of `repeats` runs (the least disturbed by other programs), in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.no_grad()
+def time_one_pass_vs_steps(model: Transformer, lengths: list[int], repeats: int = 3) -> dict[int, float]:
+    """For each T: time of decoding T positions one call per position (as generation must) over the
+    time of ONE teacher-forced pass that computes all T positions at once (as training does)."""
+    ratios = {}
+    for T in lengths:
+        src = torch.ones(4, T, dtype=torch.long)
+        memory, _ = model.encode(src)
+        tgt = torch.ones(4, T, dtype=torch.long)
+        one_pass = _seconds(lambda: model.decode(tgt, memory), repeats)  # (4, T, V) at once
+        step_by_step = _seconds(lambda: [model.decode(tgt[:, : t + 1], memory) for t in range(T)], repeats)
+        ratios[T] = step_by_step / one_pass
+    return ratios
+
+
+@torch.no_grad()
+def time_block_vs_rnn(lengths: list[int], d_model: int = 64, n_sequences: int = 8,
+                      repeats: int = 3) -> dict[int, tuple[float, float]]:
+    """For each T: seconds of one encoder block's forward (all T positions at once) and of
+    torch's nn.RNN at the same width (T updates, each waiting for the one before)."""
+    require_count("d_model", d_model)
+    block = Block(TransformerConfig(d_model=d_model, n_heads=4, d_ff=4 * d_model, max_len=max(lengths)), cross=False)
+    rnn = nn.RNN(d_model, d_model, batch_first=True)
+    times = {}
+    for T in lengths:
+        x = torch.randn(n_sequences, require_count("T", T), d_model)  # (B, T, D)
+        times[T] = (_seconds(lambda: block(x), repeats), _seconds(lambda: rnn(x), repeats))
+    return times
