@@ -265,6 +265,41 @@ def copy_from_torch(model: Transformer, theirs: nn.Transformer) -> None:
         mine.bias.copy_(norm.bias)
 
 
+def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: int = 4, d_ff: int = 24,
+               seed: int = 0) -> tuple[float, float]:
+    """Largest |difference| between this model's core and nn.Transformer (random weights copied in,
+    padding and causal masks, float64): (outputs, gradients of every input and weight)."""
+    config = TransformerConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_encoder_layers=n_layers,
+                               n_decoder_layers=n_layers, norm_first=norm_first, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    theirs = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout=0.0, batch_first=True,
+                            norm_first=norm_first)
+    theirs.encoder.enable_nested_tensor = False  # a fast path for padded batches; not compared here
+    theirs = theirs.double()
+    with torch.no_grad():  # random norms and biases too, so a swapped gamma or a lost bias shows
+        for p in theirs.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + (p.dim() == 1))
+    mine = Transformer(config).double()
+    copy_from_torch(mine, theirs)
+    x, y = (torch.randn(3, n, d_model, generator=gen, dtype=torch.float64, requires_grad=True) for n in (6, 5))
+    real = padding_mask([6, 4, 2], 6)  # (B, 1, S)
+    out_theirs = theirs(x, y, tgt_mask=~causal_mask(5), src_key_padding_mask=~real[:, 0],
+                        memory_key_padding_mask=~real[:, 0])  # torch's masks: True = NOT allowed
+    out_mine = mine.decode_vectors(y, mine.encode_vectors(x, real), real)
+    upstream = torch.randn(out_mine.shape, generator=gen, dtype=torch.float64)
+    core = [*mine.encoder.parameters(), *mine.decoder.parameters(), *mine.encoder_norm.parameters(),
+            *mine.decoder_norm.parameters()]
+    g_theirs = torch.autograd.grad((out_theirs * upstream).sum(), [x, y, *theirs.parameters()])
+    g_mine = torch.autograd.grad((out_mine * upstream).sum(), [x, y, *core])
+    with torch.no_grad():  # torch's weight gradients, moved into our layout by the same copy
+        for p, g in zip(theirs.parameters(), g_theirs[2:]):
+            p.copy_(g)
+        copy_from_torch(mine, theirs)
+    g_theirs = [*g_theirs[:2], *core]
+    gaps = [(a - b).abs().max().item() for a, b in zip(g_mine, g_theirs)]
+    return (out_mine - out_theirs).abs().max().item(), max(gaps)
+
+
 # ---------------------------------------------------------------- toy tasks: reverse and sort
 
 TASKS = ("reverse", "sort")
@@ -292,15 +327,21 @@ def is_held_out(src: Tensor) -> Tensor:
 
 def toy_batch(task: str, n_sequences: int, length: int, n_symbols: int, generator: torch.Generator,
               held_out: bool = False) -> Batch:
-    """n_sequences random sources of `length` symbols in 1..n_symbols, from the training part
-    (held_out=False) or the held-out part (True), with their answers."""
+    """n_sequences random sources of `length` symbols in 1..n_symbols (distinct ones for "sort"),
+    from the training part (held_out=False) or the held-out part (True), with their answers."""
     require_choice("task", task, TASKS)
     require_count("n_sequences", n_sequences)
     require_count("length", length)
     require_count("n_symbols", n_symbols, minimum=2)
+    if task == "sort" and length > n_symbols:
+        raise ValueError(f"sort draws distinct symbols: length={length} needs n_symbols >= length, got {n_symbols}")
     rows = []
     while sum(len(r) for r in rows) < n_sequences:  # draw more than needed, keep one part
-        src = torch.randint(1, n_symbols + 1, (2 * n_sequences + 16, length), generator=generator)
+        shape = (2 * n_sequences + 16, length)
+        if task == "sort":  # distinct symbols: the next output is the smallest source symbol above the last
+            src = torch.rand(shape[0], n_symbols, generator=generator).argsort(-1)[:, :length] + 1
+        else:
+            src = torch.randint(1, n_symbols + 1, shape, generator=generator)
         rows.append(src[is_held_out(src) == held_out])
     src = torch.cat(rows)[:n_sequences]  # (B, S)
     answer = task_answer(task, src)  # (B, T), T = S
@@ -402,14 +443,14 @@ def _seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 @torch.no_grad()
-def time_one_pass_vs_steps(model: Transformer, lengths: list[int], repeats: int = 3) -> dict[int, float]:
+def time_one_pass_vs_steps(lengths: list[int], d_model: int = 32, repeats: int = 3) -> dict[int, float]:
     """For each T: time of decoding T positions one call per position (as generation must) over the
     time of ONE teacher-forced pass that computes all T positions at once (as training does)."""
+    model = Transformer(TransformerConfig(d_model=d_model, d_ff=2 * d_model, max_len=max(lengths)))
     ratios = {}
     for T in lengths:
-        src = torch.ones(4, T, dtype=torch.long)
-        memory, _ = model.encode(src)
-        tgt = torch.ones(4, T, dtype=torch.long)
+        src = tgt = torch.ones(4, require_count("T", T), dtype=torch.long)
+        memory, _ = model.encode(src)  # (4, T, D)
         one_pass = _seconds(lambda: model.decode(tgt, memory), repeats)  # (4, T, V) at once
         step_by_step = _seconds(lambda: [model.decode(tgt[:, : t + 1], memory) for t in range(T)], repeats)
         ratios[T] = step_by_step / one_pass
@@ -429,3 +470,12 @@ def time_block_vs_rnn(lengths: list[int], d_model: int = 64, n_sequences: int = 
         x = torch.randn(n_sequences, require_count("T", T), d_model)  # (B, T, D)
         times[T] = (_seconds(lambda: block(x), repeats), _seconds(lambda: rnn(x), repeats))
     return times
+
+
+def first_block_gradient(config: TransformerConfig, task: str = "sort", length: int = 8, seed: int = 0) -> float:
+    """|gradient| of the loss with respect to the first decoder block's weights, at initialisation
+    (float64, one batch of 32): how much of the training signal reaches the bottom of the stack."""
+    model = Transformer(config).double()
+    batch = toy_batch(task, 32, length, config.vocab_size - 1, torch.Generator().manual_seed(seed))
+    grads = torch.autograd.grad(sequence_loss(model, batch), list(model.decoder[0].parameters()))
+    return torch.cat([g.flatten() for g in grads]).norm().item()
