@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from course_lib.masks import causal_mask, padding_mask
+from exercise_harness import outcome
+
 from course_lib.transformer import (
     BOS, Block, DecoderOnly, FeedForward, Transformer, TransformerConfig, copy_block_from_torch,
     copy_from_torch, exact_match, greedy_decode, held_out_accuracy, is_held_out, parameter_counts,
@@ -203,8 +205,10 @@ def test_tasks_against_python():
 
 def test_held_out_sources_are_never_trained_on():
     gen = torch.Generator().manual_seed(4)
-    train_rows = {tuple(r) for _ in range(20) for r in toy_batch("sort", 100, 4, 5, gen).src.tolist()}
-    held = {tuple(r) for r in toy_batch("sort", 300, 4, 5, gen, held_out=True).src.tolist()}
+    train_rows = {tuple(r) for _ in range(20) for r in toy_batch("reverse", 100, 4, 5, gen).src.tolist()}
+    held = {tuple(r) for r in toy_batch("reverse", 300, 4, 5, gen, held_out=True).src.tolist()}
+    sorted_rows = toy_batch("sort", 300, 4, 5, gen).src
+    assert (sorted_rows.sort(-1).values.diff(dim=-1) > 0).all()  # sort's sources: distinct symbols
     every = torch.tensor(list(itertools.product(range(1, 6), repeat=4)))
     share = is_held_out(every).double().mean().item()
     assert not train_rows & held and len(held) > 50 and 0.1 < share < 0.2
@@ -217,7 +221,8 @@ def test_exact_match_counts_whole_rows():
 
 
 def test_training_reaches_99_percent_on_held_out_reversal():
-    model, losses = train_transformer("reverse", steps=250, n_sequences=32)
+    model, losses = train_transformer("reverse", TransformerConfig(vocab_size=11), steps=120, n_sequences=128,
+                                      lr=1e-2)
     assert losses[-1] < 0.1 * losses[0]
     assert held_out_accuracy(model, "reverse") >= 0.99
 
@@ -281,3 +286,65 @@ def test_bad_input_is_refused_by_name():
         greedy_decode(nn.Linear(2, 2), ok, 3)
     with pytest.raises(ValueError, match="cross=True"):
         copy_block_from_torch(Block(config(), cross=False).double(), torch_layer("decoder", False))
+
+
+# ---------------------------------------------------------------- the exercise set's known-wrong answers
+
+SET = "09_transformer"
+
+MUTANTS = {
+    "feed_forward": {
+        "no ReLU": "def feed_forward(x, w1, b1, w2, b2):\n    return (x @ w1 + b1) @ w2 + b2",
+        "ReLU on the output too": "def feed_forward(x, w1, b1, w2, b2):\n"
+                                  "    return torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2)",
+        "b1 after the ReLU": "def feed_forward(x, w1, b1, w2, b2):\n    return (torch.relu(x @ w1) + b1) @ w2 + b2",
+        "calls the course reference": "from course_lib.transformer import FeedForward\n"
+                                      "def feed_forward(x, w1, b1, w2, b2):\n"
+                                      "    f = FeedForward(w1.shape[0], w1.shape[1]).to(x.dtype)\n"
+                                      "    with torch.no_grad():\n"
+                                      "        f.linear1.weight.copy_(w1.T); f.linear1.bias.copy_(b1)\n"
+                                      "        f.linear2.weight.copy_(w2.T); f.linear2.bias.copy_(b2)\n"
+                                      "        return f(x)",
+    },
+    "sublayer": {
+        "placements swapped": "def sublayer(x, f, norm, norm_first):\n"
+                              "    return norm(x + f(x)) if norm_first else x + f(norm(x))",
+        "post-LN without the residual": "def sublayer(x, f, norm, norm_first):\n"
+                                        "    return x + f(norm(x)) if norm_first else norm(f(x))",
+        "pre-LN normalises the sum": "def sublayer(x, f, norm, norm_first):\n"
+                                     "    return norm(x + f(norm(x))) if norm_first else norm(x + f(x))",
+        "pre-LN adds norm(x)": "def sublayer(x, f, norm, norm_first):\n"
+                               "    h = norm(x) if norm_first else x\n"
+                               "    return h + f(h) if norm_first else norm(x + f(x))",
+    },
+    "greedy_tokens": {
+        "reads the first row": "def greedy_tokens(decoder, bos, steps):\n    p = bos\n"
+                               "    for _ in range(steps):\n"
+                               "        p = torch.cat([p, decoder(p)[:, 0].argmax(-1, keepdim=True)], 1)\n"
+                               "    return p[:, 1:]",
+        "keeps bos": "def greedy_tokens(decoder, bos, steps):\n    p = bos\n"
+                     "    for _ in range(steps - 1):\n"
+                     "        p = torch.cat([p, decoder(p)[:, -1].argmax(-1, keepdim=True)], 1)\n"
+                     "    return p",
+        "prefix never grows": "def greedy_tokens(decoder, bos, steps):\n"
+                              "    t = decoder(bos)[:, -1].argmax(-1, keepdim=True)\n"
+                              "    return t.repeat(1, steps)",
+    },
+    "exact_match_rate": {
+        "per-token accuracy": "def exact_match_rate(predicted, answer):\n"
+                              "    return (predicted == answer).double().mean().item()",
+        "any token right": "def exact_match_rate(predicted, answer):\n"
+                           "    return (predicted == answer).any(-1).double().mean().item()",
+        "counts instead of share": "def exact_match_rate(predicted, answer):\n"
+                                   "    return float((predicted == answer).all(-1).sum())",
+        "calls the course reference": "from course_lib.transformer import exact_match\n"
+                                      "def exact_match_rate(predicted, answer):\n    return exact_match(predicted, answer)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
