@@ -18,14 +18,15 @@ Dimension names: see course_lib/__init__.py. S source positions, T target positi
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from .guards import require_choice, require_count, require_float, require_integer, require_number
-from .masks import causal_mask, padding_mask
+from .guards import require_choice, require_count, require_integer, require_number
+from .masks import causal_mask, padding_mask, require_length_fits, require_token_ids
 from .multi_head import MultiHeadAttention
 from .normalization import LayerNorm
 from .positional_encoding import SinusoidalPositionalEncoding
@@ -107,6 +108,9 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
+        if (memory is None) != (self.cross_attention is None):
+            raise ValueError("memory must be given to a block with cross=True, and only to one")
+
         def attend_self(h: Tensor) -> Tensor:
             out, self.self_weights = self.self_attention(h, mask=mask)  # (B, T, D), (B, H, T, T)
             return out
@@ -150,7 +154,8 @@ class Transformer(nn.Module):
             self.readout = nn.Linear(D, V)
 
     def embed(self, ids: Tensor) -> Tensor:
-        require_token_ids("ids", ids, self.config.vocab_size, self.config.max_len)
+        require_token_ids("ids", ids, self.config.vocab_size)  # (B, T) ids in 0..V-1
+        require_length_fits(ids.shape[-1], self.config.max_len, "model")
         x = self.tokens(ids)  # (B, T, D)
         return self.positions(x.to(self.readout.weight.dtype))  # (B, T, D)
 
@@ -211,16 +216,6 @@ class DecoderOnly(nn.Module):
         return self.readout(self.norm(x))  # (B, T, V)
 
 
-def require_token_ids(name: str, ids: object, vocab_size: int, max_len: int) -> Tensor:
-    require_integer(name, ids, 2, 2)
-    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
-        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from "
-                         f"{int(ids.min())} to {int(ids.max())}")
-    if ids.shape[-1] > max_len:
-        raise ValueError(f"{name} has length {ids.shape[-1]}, longer than config.max_len={max_len}")
-    return ids
-
-
 # ---------------------------------------------------------------- torch's modules, weights copied in
 
 @torch.no_grad()
@@ -272,10 +267,10 @@ def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: 
     config = TransformerConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_encoder_layers=n_layers,
                                n_decoder_layers=n_layers, norm_first=norm_first, seed=seed)
     gen = torch.Generator().manual_seed(seed)
-    theirs = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout=0.0, batch_first=True,
-                            norm_first=norm_first)
-    theirs.encoder.enable_nested_tensor = False  # a fast path for padded batches; not compared here
-    theirs = theirs.double()
+    with warnings.catch_warnings():  # torch warns that pre-LN turns off its nested-tensor fast path
+        warnings.simplefilter("ignore", UserWarning)
+        theirs = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout=0.0, batch_first=True,
+                                norm_first=norm_first).double()
     with torch.no_grad():  # random norms and biases too, so a swapped gamma or a lost bias shows
         for p in theirs.parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + (p.dim() == 1))
@@ -414,6 +409,8 @@ def exact_match(predicted: Tensor, answer: Tensor) -> float:
 def held_out_accuracy(model: Transformer, task: str, n_sequences: int = 500, length: int = 8,
                       seed: int = 1) -> float:
     """Exact-sequence accuracy of greedy decoding on held-out sources (never trained on)."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     batch = toy_batch(task, n_sequences, length, model.config.vocab_size - 1, torch.Generator().manual_seed(seed),
                       held_out=True)
     return exact_match(greedy_decode(model, batch.src, length).tokens, batch.tgt_out)

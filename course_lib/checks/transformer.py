@@ -124,8 +124,8 @@ def check_exact_match_rate(exact_match_rate: Callable) -> None:
     got = _call("exact_match_rate(predicted, answer)", exact_match_rate, predicted, answer)
     got = torch.as_tensor(got, dtype=torch.float64) if not isinstance(got, Tensor) else got.double()
     compare("exact_match_rate on 4 rows, 2 exactly right", got, torch.tensor(0.5, dtype=torch.float64), {
-        "this is the share of right TOKENS (7 of 12); count a row only if all of it is right":
-            torch.tensor(7 / 12, dtype=torch.float64),
+        "this is the share of right TOKENS (8 of 12); count a row only if all of it is right":
+            torch.tensor(8 / 12, dtype=torch.float64),
         "a row counts if ANY token is right (3 of 4); it must be all": torch.tensor(0.75, dtype=torch.float64),
         "the number of right rows, not their share": torch.tensor(2.0, dtype=torch.float64),
     })
