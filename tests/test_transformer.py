@@ -1,0 +1,368 @@
+"""Lesson 09: the Transformer, checked against torch's own modules and independent computations."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from exercise_harness import outcome
+from torch import nn
+
+from course_lib.masks import causal_mask, padding_mask
+from course_lib.transformer import (
+    BOS,
+    Block,
+    DecoderOnly,
+    FeedForward,
+    Transformer,
+    TransformerConfig,
+    copy_block_from_torch,
+    copy_from_torch,
+    exact_match,
+    greedy_decode,
+    held_out_accuracy,
+    is_held_out,
+    parameter_counts,
+    task_answer,
+    time_block_vs_rnn,
+    time_one_pass_vs_steps,
+    toy_batch,
+    train_transformer,
+)
+
+D, H, FF = 16, 4, 24
+
+
+def config(**changes) -> TransformerConfig:
+    return TransformerConfig(**{"d_model": D, "n_heads": H, "d_ff": FF, **changes})
+
+
+def torch_layer(kind: str, norm_first: bool) -> nn.Module:
+    make = nn.TransformerEncoderLayer if kind == "encoder" else nn.TransformerDecoderLayer
+    return make(D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first).double()
+
+
+def randomize(module: nn.Module, seed: int) -> None:
+    """Non-trivial norms and biases, so a swapped gamma/beta or a missing bias shows."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + (1.0 if p.dim() == 1 else 0.0))
+
+
+def assert_same_gradients(mine: nn.Module, theirs_grads: list[torch.Tensor], mine_grads: list[torch.Tensor]):
+    for a, b in zip(mine_grads, theirs_grads):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+
+
+# ---------------------------------------------------------------- blocks against torch's layers
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_encoder_block_equals_torch_encoder_layer_outputs_and_gradients(norm_first, seed):
+    theirs = torch_layer("encoder", norm_first)
+    randomize(theirs, seed)
+    mine = Block(config(norm_first=norm_first), cross=False).double()
+    copy_block_from_torch(mine, theirs)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 6, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(3, 6, D, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1])
+    real = padding_mask(lengths, 6)  # (B, 1, S), True = real
+    out_theirs = theirs(x, src_key_padding_mask=~real[:, 0])
+    out_mine = mine(x, real)
+    keep = real[:, 0, :, None]  # torch's fast paths may leave padded rows as they like: compare real rows
+    torch.testing.assert_close(out_mine * keep, out_theirs * keep, atol=1e-12, rtol=1e-12)
+    g_theirs = torch.autograd.grad((out_theirs * keep * upstream).sum(), [x, *theirs.parameters()])
+    g_mine = torch.autograd.grad((out_mine * keep * upstream).sum(), [x, *mine.parameters()])
+    torch.testing.assert_close(g_mine[0], g_theirs[0], atol=1e-10, rtol=1e-10)
+    # the parameters in torch's order: in_proj (q, k, v stacked), out_proj, linear1, linear2, norm1, norm2
+    assert sum(p.numel() for p in mine.parameters()) == sum(p.numel() for p in theirs.parameters())
+    by_name = dict(zip([n for n, _ in theirs.named_parameters()], g_theirs[1:]))
+    mine_named = dict(zip([n for n, _ in mine.named_parameters()], g_mine[1:]))
+    q, _, v = by_name["self_attn.in_proj_weight"].chunk(3)
+    torch.testing.assert_close(mine_named["self_attention.query.weight"], q, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["self_attention.value.weight"], v, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["ffn.linear1.weight"], by_name["linear1.weight"], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["norms.1.weight"], by_name["norm2.weight"], atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_decoder_block_equals_torch_decoder_layer_outputs_and_gradients(norm_first, seed):
+    theirs = torch_layer("decoder", norm_first)
+    randomize(theirs, seed)
+    mine = Block(config(norm_first=norm_first), cross=True).double()
+    copy_block_from_torch(mine, theirs)
+    gen = torch.Generator().manual_seed(10 + seed)
+    y = torch.randn(2, 5, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 7, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 5, D, generator=gen, dtype=torch.float64)
+    real = padding_mask([7, 3], 7)
+    out_theirs = theirs(y, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~real[:, 0])
+    out_mine = mine(y, causal_mask(5), memory, real)
+    torch.testing.assert_close(out_mine, out_theirs, atol=1e-12, rtol=1e-12)
+    g_theirs = torch.autograd.grad((out_theirs * upstream).sum(), [y, memory, *theirs.parameters()])
+    g_mine = torch.autograd.grad((out_mine * upstream).sum(), [y, memory, *mine.parameters()])
+    for a, b in zip(g_mine[:2], g_theirs[:2]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    flat_mine = torch.cat([g.flatten() for g in g_mine[2:]]).abs().sort().values
+    flat_theirs = torch.cat([g.flatten() for g in g_theirs[2:]]).abs().sort().values
+    torch.testing.assert_close(flat_mine, flat_theirs, atol=1e-10, rtol=1e-10)  # same multiset of gradients
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_model_core_equals_nn_transformer_outputs_and_gradients(norm_first):
+    theirs = nn.Transformer(D, H, 2, 2, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
+    randomize(theirs, 3)
+    model = Transformer(config(n_encoder_layers=2, n_decoder_layers=2, norm_first=norm_first)).double()
+    copy_from_torch(model, theirs)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(3, 4, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(3, 4, D, generator=gen, dtype=torch.float64)
+    real = padding_mask([6, 2, 5], 6)
+    out_theirs = theirs(x, y, tgt_mask=~causal_mask(4), src_key_padding_mask=~real[:, 0],
+                        memory_key_padding_mask=~real[:, 0])
+    out_mine = model.decode_vectors(y, model.encode_vectors(x, real), real)
+    torch.testing.assert_close(out_mine, out_theirs, atol=1e-12, rtol=1e-12)
+    core = [p for n, p in model.named_parameters() if n.split(".")[0] in ("encoder", "decoder", "encoder_norm",
+                                                                          "decoder_norm")]
+    g_theirs = torch.autograd.grad((out_theirs * upstream).sum(), [x, y, *theirs.parameters()])
+    g_mine = torch.autograd.grad((out_mine * upstream).sum(), [x, y, *core])
+    for a, b in zip(g_mine[:2], g_theirs[:2]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(sum(g.abs().sum() for g in g_mine[2:]), sum(g.abs().sum() for g in g_theirs[2:]),
+                               atol=1e-8, rtol=1e-10)
+    assert sum(p.numel() for p in core) == sum(p.numel() for p in theirs.parameters())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_only_block_is_torch_encoder_layer_with_a_causal_mask(norm_first):
+    theirs = torch_layer("encoder", norm_first)
+    randomize(theirs, 5)
+    mine = Block(config(norm_first=norm_first), cross=False).double()
+    copy_block_from_torch(mine, theirs)
+    x = torch.randn(2, 7, D, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(mine(x, causal_mask(7)), theirs(x, src_mask=~causal_mask(7)), atol=1e-12, rtol=1e-12)
+
+
+def test_decoder_only_model_is_causal_and_uses_the_same_block():
+    model = DecoderOnly(config(n_decoder_layers=2, vocab_size=9)).double()
+    assert all(type(b) is Block and b.cross_attention is None for b in model.blocks)
+    ids = torch.randint(9, (3, 8), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % 9
+    a, b = model(ids), model(changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=0, rtol=0)
+    assert (a[:, 5:] - b[:, 5:]).abs().max() > 1e-3
+
+
+def test_feed_forward_acts_on_each_token_alone():
+    ffn = FeedForward(D, FF).double()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    by_hand = torch.clamp(x @ ffn.linear1.weight.T + ffn.linear1.bias, min=0) @ ffn.linear2.weight.T + ffn.linear2.bias
+    torch.testing.assert_close(ffn(x), by_hand, atol=1e-12, rtol=0)
+    torch.testing.assert_close(ffn(x[:, 2:3]), ffn(x)[:, 2:3], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_block_without_residual_is_the_sublayers_chained(norm_first):
+    block = Block(config(norm_first=norm_first, residual=False), cross=False).double()
+    randomize(block, 6)
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    n1, n2 = block.norms
+    if norm_first:
+        h = block.self_attention(n1(x))[0]
+        expected = block.ffn(n2(h))
+    else:
+        h = n1(block.self_attention(x)[0])
+        expected = n2(block.ffn(h))
+    torch.testing.assert_close(block(x), expected, atol=1e-12, rtol=0)
+
+
+# ---------------------------------------------------------------- the model: causality, padding, decoding
+
+def test_decoder_is_causal_and_padding_is_invisible():
+    model = Transformer(config(vocab_size=7)).double()
+    gen = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(7, (3, 6), generator=gen), torch.randint(7, (3, 5), generator=gen)
+    base = model(src, tgt)
+    later = tgt.clone()
+    later[:, 3:] = (later[:, 3:] + 1) % 7
+    torch.testing.assert_close(model(src, later)[:, :3], base[:, :3], atol=0, rtol=0)
+    lengths = torch.tensor([6, 4, 2])
+    padded = src.clone()
+    padded[1, 4:], padded[2, 2:] = 5, 1  # change only the padding
+    torch.testing.assert_close(model(padded, tgt, lengths), model(src, tgt, lengths), atol=1e-14, rtol=0)
+    assert (model(padded, tgt) - model(src, tgt)).abs().max() > 1e-3  # without the mask it shows
+
+
+def test_greedy_decoding_equals_the_parallel_pass_on_its_own_prefix():
+    model = Transformer(config(vocab_size=11)).double()
+    src = torch.randint(1, 11, (5, 8), generator=torch.Generator().manual_seed(2))
+    decoded = greedy_decode(model, src, 8)
+    assert decoded.tokens.shape == (5, 8) and decoded.cross_weights.shape == (5, 8, H, 8)
+    torch.testing.assert_close(decoded.tokens, decoded.logits.argmax(-1), atol=0, rtol=0)
+    tgt_in = torch.cat([torch.full((5, 1), BOS), decoded.tokens[:, :-1]], 1)
+    torch.testing.assert_close(model(src, tgt_in), decoded.logits, atol=1e-12, rtol=0)
+    torch.testing.assert_close(decoded.cross_weights.sum(-1), torch.ones(5, 8, H, dtype=torch.float64))
+
+
+def test_tasks_against_python():
+    gen = torch.Generator().manual_seed(3)
+    for task, fn in (("reverse", lambda r: r[::-1]), ("sort", sorted)):
+        batch = toy_batch(task, 50, 7, 9, gen)
+        for src, tin, tout in zip(batch.src.tolist(), batch.tgt_in.tolist(), batch.tgt_out.tolist()):
+            assert tout == list(fn(src)) and tin == [BOS] + tout[:-1] and all(1 <= s <= 9 for s in src)
+        assert task_answer(task, batch.src).tolist() == batch.tgt_out.tolist()
+
+
+def test_held_out_sources_are_never_trained_on():
+    gen = torch.Generator().manual_seed(4)
+    train_rows = {tuple(r) for _ in range(20) for r in toy_batch("reverse", 100, 4, 5, gen).src.tolist()}
+    held = {tuple(r) for r in toy_batch("reverse", 300, 4, 5, gen, held_out=True).src.tolist()}
+    sorted_rows = toy_batch("sort", 300, 4, 5, gen).src
+    assert (sorted_rows.sort(-1).values.diff(dim=-1) > 0).all()  # sort's sources: distinct symbols
+    every = torch.tensor(list(itertools.product(range(1, 6), repeat=4)))
+    share = is_held_out(every).double().mean().item()
+    assert not train_rows & held and len(held) > 50 and 0.1 < share < 0.2
+
+
+def test_exact_match_counts_whole_rows():
+    a = torch.tensor([[1, 2, 3], [1, 2, 3], [3, 2, 1]])
+    b = torch.tensor([[1, 2, 3], [1, 2, 4], [3, 2, 1]])
+    assert exact_match(a, b) == pytest.approx(2 / 3)
+
+
+def test_training_reaches_99_percent_on_held_out_reversal():
+    model, losses = train_transformer("reverse", TransformerConfig(vocab_size=11), steps=140, n_sequences=64,
+                                      lr=3e-3)
+    assert losses[-1] < 0.1 * losses[0]
+    assert held_out_accuracy(model, "reverse") >= 0.99
+
+
+# ---------------------------------------------------------------- parameter counts and timings
+
+@pytest.mark.parametrize("d_model,d_ff", [(16, 64), (32, 48)])
+def test_parameter_counts_match_the_closed_form(d_model, d_ff):
+    model = Transformer(TransformerConfig(d_model=d_model, n_heads=4, d_ff=d_ff, n_encoder_layers=2,
+                                          n_decoder_layers=3, vocab_size=10))
+    counts = parameter_counts(model)
+    attention = 4 * d_model * d_model + 4 * d_model  # four D x D projections and their biases
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    assert counts["attention"] == (2 + 3 * 2) * attention
+    assert counts["ffn"] == 5 * ffn
+    assert counts["norm"] == (2 * 2 + 3 * 3 + 2) * 2 * d_model
+    assert counts["tokens"] == 10 * d_model and counts["readout"] == d_model * 10 + 10
+    assert sum(counts.values()) == sum(p.numel() for p in model.parameters())
+
+
+def test_timings_have_the_promised_shape():
+    ratios = time_one_pass_vs_steps([2, 8], d_model=16, repeats=1)
+    assert set(ratios) == {2, 8} and all(r > 0 for r in ratios.values())
+    times = time_block_vs_rnn([4, 8], d_model=16, repeats=1)
+    assert set(times) == {4, 8} and all(a > 0 and b > 0 for a, b in times.values())
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("changes,message", [
+    ({"d_model": 18, "n_heads": 4}, "config.n_heads"),
+    ({"d_model": 15, "n_heads": 5}, "even"),
+    ({"vocab_size": 1}, "config.vocab_size"),
+    ({"norm_first": "yes"}, "config.norm_first"),
+    ({"n_encoder_layers": -1}, "config.n_encoder_layers"),
+    ({"eps": -1.0}, "config.eps"),
+])
+def test_bad_config_is_refused_by_name(changes, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        TransformerConfig(**changes)
+
+
+def test_bad_input_is_refused_by_name():
+    model = Transformer(config(vocab_size=7, max_len=6))
+    ok = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="ids must be token ids in 0..6"):
+        model(ok + 7, ok)
+    with pytest.raises(ValueError, match="longer than max_len=6"):
+        model(torch.zeros(2, 7, dtype=torch.long), ok)
+    with pytest.raises(TypeError, match="ids must hold integers"):
+        model(ok.double(), ok)
+    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
+        Transformer({"d_model": 16})
+    with pytest.raises(ValueError, match="task must be one of"):
+        toy_batch("copy", 4, 4, 5, torch.Generator())
+    with pytest.raises(ValueError, match="n_symbols must be >= 2"):
+        toy_batch("sort", 4, 4, 1, torch.Generator())
+    with pytest.raises(ValueError, match="differ in shape"):
+        exact_match(ok, ok[:, :3])
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        greedy_decode(nn.Linear(2, 2), ok, 3)
+    with pytest.raises(ValueError, match="memory must be given"):
+        Block(config(), cross=True)(torch.zeros(1, 3, D))
+    with pytest.raises(ValueError, match="cross=True"):
+        copy_block_from_torch(Block(config(), cross=False).double(), torch_layer("decoder", False))
+
+
+# ---------------------------------------------------------------- the exercise set's known-wrong answers
+
+SET = "09_transformer"
+
+MUTANTS = {
+    "feed_forward": {
+        "no ReLU": "def feed_forward(x, w1, b1, w2, b2):\n    return (x @ w1 + b1) @ w2 + b2",
+        "ReLU on the output too": "def feed_forward(x, w1, b1, w2, b2):\n"
+                                  "    return torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2)",
+        "b1 after the ReLU": "def feed_forward(x, w1, b1, w2, b2):\n    return (torch.relu(x @ w1) + b1) @ w2 + b2",
+        "calls the course reference": "from course_lib.transformer import FeedForward\n"
+                                      "def feed_forward(x, w1, b1, w2, b2):\n"
+                                      "    f = FeedForward(w1.shape[0], w1.shape[1]).to(x.dtype)\n"
+                                      "    with torch.no_grad():\n"
+                                      "        f.linear1.weight.copy_(w1.T); f.linear1.bias.copy_(b1)\n"
+                                      "        f.linear2.weight.copy_(w2.T); f.linear2.bias.copy_(b2)\n"
+                                      "        return f(x)",
+    },
+    "sublayer": {
+        "placements swapped": "def sublayer(x, f, norm, norm_first):\n"
+                              "    return norm(x + f(x)) if norm_first else x + f(norm(x))",
+        "post-LN without the residual": "def sublayer(x, f, norm, norm_first):\n"
+                                        "    return x + f(norm(x)) if norm_first else norm(f(x))",
+        "pre-LN normalises the sum": "def sublayer(x, f, norm, norm_first):\n"
+                                     "    return norm(x + f(norm(x))) if norm_first else norm(x + f(x))",
+        "pre-LN adds norm(x)": "def sublayer(x, f, norm, norm_first):\n"
+                               "    h = norm(x) if norm_first else x\n"
+                               "    return h + f(h) if norm_first else norm(x + f(x))",
+    },
+    "greedy_tokens": {
+        "reads the first row": "def greedy_tokens(decoder, bos, steps):\n    p = bos\n"
+                               "    for _ in range(steps):\n"
+                               "        p = torch.cat([p, decoder(p)[:, 0].argmax(-1, keepdim=True)], 1)\n"
+                               "    return p[:, 1:]",
+        "keeps bos": "def greedy_tokens(decoder, bos, steps):\n    p = bos\n"
+                     "    for _ in range(steps - 1):\n"
+                     "        p = torch.cat([p, decoder(p)[:, -1].argmax(-1, keepdim=True)], 1)\n"
+                     "    return p",
+        "prefix never grows": "def greedy_tokens(decoder, bos, steps):\n"
+                              "    t = decoder(bos)[:, -1].argmax(-1, keepdim=True)\n"
+                              "    return t.repeat(1, steps)",
+    },
+    "exact_match_rate": {
+        "per-token accuracy": "def exact_match_rate(predicted, answer):\n"
+                              "    return (predicted == answer).double().mean().item()",
+        "any token right": "def exact_match_rate(predicted, answer):\n"
+                           "    return (predicted == answer).any(-1).double().mean().item()",
+        "counts instead of share": "def exact_match_rate(predicted, answer):\n"
+                                   "    return float((predicted == answer).all(-1).sum())",
+        "calls the course reference": "from course_lib.transformer import exact_match\n"
+                                      "def exact_match_rate(predicted, answer):\n    return exact_match(predicted, answer)",
+    },
+}
+
+
+@pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS.items() for m in ms
+                                             if not m.startswith("calls")])
+def test_visible_check_names_a_likely_bug(exercise, mutant):
+    result = outcome(SET, exercise, MUTANTS[exercise][mutant])
+    assert any("Likely bug" in message for message in result.messages), result.messages
