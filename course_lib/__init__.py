@@ -13,6 +13,7 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     logic_rules          07  composing relations: a head that mixes, lesson 06's head that
                              copies, where a fixed mix stops, the MLP, rule capacity
     multi_head           08  many heads: split, attend, concatenate, project; QK and OV per head
+    transformer          09  the encoder-decoder Transformer from these pieces, trained on toy tasks
     attention_graph      10  attention as a weighted graph, rollout through layers; the
                              modern Hopfield update as attention and its energy
 Beneath every lesson: guards (input checks with clear errors), training (the one training

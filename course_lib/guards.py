@@ -103,10 +103,12 @@ def require_width(name: str, x: Tensor, width: int) -> None:
 
 
 def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> torch.Size:
-    try:
-        return torch.broadcast_shapes(a, b)
-    except RuntimeError:
-        raise ValueError(f"{a_name} of shape {a} does not broadcast with {b_name} of shape {b}") from None
+    """NumPy's rule, written out: torch.broadcast_shapes imports sympy (half a second) on first use."""
+    n = max(len(a), len(b))
+    padded_a, padded_b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(padded_a, padded_b)):
+        raise ValueError(f"{a_name} of shape {tuple(a)} does not broadcast with {b_name} of shape {tuple(b)}")
+    return torch.Size(y if x == 1 else x for x, y in zip(padded_a, padded_b))
 
 
 def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_name: str) -> None:

@@ -374,3 +374,21 @@ def test_right_answers_written_another_way_pass(exercise, answer):
 @pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS_HIDDEN_ONLY.items() for m in ms])
 def test_ready_made_calls_hidden_in_helpers_get_no_credit(exercise, mutant):
     assert not outcome(SET, exercise, MUTANTS_HIDDEN_ONLY[exercise][mutant]).hidden_passed
+
+
+def test_the_written_out_broadcast_rule_agrees_with_torch():
+    """guards.broadcast_shape (used on every mask and bias) gives torch.broadcast_shapes' answer or error."""
+    import random
+
+    from course_lib.guards import broadcast_shape
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        a, b = (tuple(rng.choice([0, 1, 2, 3]) for _ in range(rng.randint(0, 4))) for _ in range(2))
+        try:
+            want = torch.broadcast_shapes(a, b)
+        except RuntimeError:
+            with pytest.raises(ValueError, match=r"x of shape .* does not broadcast with y of shape"):
+                broadcast_shape("x", a, "y", b)
+        else:
+            assert broadcast_shape("x", a, "y", b) == want, (a, b)

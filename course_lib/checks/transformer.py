@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..normalization import LayerNorm
-from . import compare, exercise_check, passed
+from . import call, compare, exercise_check, passed
 
 # Tiny inputs the learner can follow by hand.
 X_FFN = torch.tensor([[1.0, -1.0], [0.5, 2.0]])  # (T=2, D=2)
@@ -19,22 +19,13 @@ B2 = torch.tensor([0.1, -0.1])
 X_SUB = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0]])  # (T=2, D=3)
 
 
-def _call(label: str, fn: Callable, *args):
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise AssertionError(f"{label} raised {type(error).__name__}: {error}") from None
-
-
 def _relu(x: Tensor) -> Tensor:
     return x.clamp(min=0)
 
 
 @exercise_check
 def check_feed_forward(feed_forward: Callable) -> None:
-    got = _call("feed_forward(x, w1, b1, w2, b2)", feed_forward, X_FFN, W1, B1, W2, B2)
+    got = call("feed_forward(x, w1, b1, w2, b2)", feed_forward, X_FFN, W1, B1, W2, B2)
     hidden = X_FFN @ W1 + B1  # (2, 3)
     compare("feed_forward(x, w1, b1, w2, b2) on x = [[1, -1], [0.5, 2]]", got, _relu(hidden) @ W2 + B2, {
         "no ReLU: the hidden layer must be max(0, x w1 + b1)": hidden @ W2 + B2,
@@ -42,7 +33,7 @@ def check_feed_forward(feed_forward: Callable) -> None:
         "b1 added after the ReLU: it belongs inside, max(0, x w1 + b1)": (_relu(X_FFN @ W1) + B1) @ W2 + B2,
         "b2 forgotten": _relu(hidden) @ W2,
     })
-    row = _call("feed_forward on one row", feed_forward, X_FFN[1:], W1, B1, W2, B2)
+    row = call("feed_forward on one row", feed_forward, X_FFN[1:], W1, B1, W2, B2)
     compare("the same on row 1 alone (the FFN acts on each token by itself)", row, got[1:])
     passed("feed_forward")
 
@@ -64,13 +55,13 @@ def _square(h: Tensor) -> Tensor:
 @exercise_check
 def check_sublayer(sublayer: Callable) -> None:
     norm, f, x = _norm(), _square, X_SUB
-    got = _call("sublayer(x, f, norm, norm_first=False)", sublayer, x, f, norm, False)
+    got = call("sublayer(x, f, norm, norm_first=False)", sublayer, x, f, norm, False)
     compare("post-LN: sublayer(x, f, norm, norm_first=False) with f(h) = h * h", got, norm(x + f(x)), {
         "no residual: post-LN is norm(x + f(x)), with x added": norm(f(x)),
         "this is pre-LN, x + f(norm(x)); post-LN is norm(x + f(x))": x + f(norm(x)),
         "the norm is applied to x before adding: post-LN normalises the sum, norm(x + f(x))": norm(x) + f(x),
     })
-    got = _call("sublayer(x, f, norm, norm_first=True)", sublayer, x, f, norm, True)
+    got = call("sublayer(x, f, norm, norm_first=True)", sublayer, x, f, norm, True)
     compare("pre-LN: sublayer(x, f, norm, norm_first=True)", got, x + f(norm(x)), {
         "the sum is normalised too: pre-LN is x + f(norm(x)), nothing after": norm(x + f(norm(x))),
         "norm(x) is added instead of x: the residual carries x itself": norm(x) + f(norm(x)),
@@ -105,7 +96,7 @@ def _greedy_with(decoder: Callable, bos: Tensor, steps: int, row: str = "last", 
 @exercise_check
 def check_greedy_tokens(greedy_tokens: Callable) -> None:
     bos = torch.tensor([[0], [2]])  # two sequences with different first tokens
-    got = _call("greedy_tokens(decoder, bos, 4)", greedy_tokens, _toy_decoder, bos, 4)
+    got = call("greedy_tokens(decoder, bos, 4)", greedy_tokens, _toy_decoder, bos, 4)
     compare("greedy_tokens(toy_decoder, bos=[[0], [2]], steps=4)", got, _greedy_with(_toy_decoder, bos, 4), {
         "the logits of the FIRST row were used: the next token is read from the last row, logits[:, -1]":
             _greedy_with(_toy_decoder, bos, 4, row="first"),
@@ -121,7 +112,7 @@ def check_greedy_tokens(greedy_tokens: Callable) -> None:
 def check_exact_match_rate(exact_match_rate: Callable) -> None:
     predicted = torch.tensor([[1, 2, 3], [1, 2, 4], [3, 2, 1], [0, 0, 0]])
     answer = torch.tensor([[1, 2, 3], [1, 2, 3], [3, 2, 1], [1, 1, 1]])
-    got = _call("exact_match_rate(predicted, answer)", exact_match_rate, predicted, answer)
+    got = call("exact_match_rate(predicted, answer)", exact_match_rate, predicted, answer)
     got = torch.as_tensor(got, dtype=torch.float64) if not isinstance(got, Tensor) else got.double()
     compare("exact_match_rate on 4 rows, 2 exactly right", got, torch.tensor(0.5, dtype=torch.float64), {
         "this is the share of right TOKENS (8 of 12); count a row only if all of it is right":
