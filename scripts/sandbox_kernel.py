@@ -9,7 +9,9 @@ The kernel starts in the folder nbgrader runs the submission in (its cwd); insid
     installed course library, the Python environment) put back read-only inside them;
   - its own folder (the one it starts in) and /tmp, both empty, private and writable: nbgrader's
     real folder is not shown, as it holds the notebook with the hidden tests while they run;
-  - its own process tree only (it cannot see nbgrader's process or environment).
+  - its own process tree only (it cannot see nbgrader's process or environment);
+  - as "nobody", with no capabilities, in a user namespace it cannot nest: it cannot remount
+    the read-only disk or unmount a stand-in to see what is under it.
 So a submission can read the course library and the Python environment, write a folder that
 is thrown away afterwards, and nothing else.
 """
@@ -40,6 +42,9 @@ def bwrap_command(cwd: Path, hide: list[Path], show: list[Path], connection_file
     command += ["--ro-bind", str(connection_file), str(connection_file), "--tmpfs", str(cwd)]
     for folder in hide:  # the empty stand-ins are read-only too (after the mounts made inside them)
         command += ["--remount-ro", str(folder)]
+    # As "nobody" in a user namespace of its own with no capabilities, the kernel cannot remount
+    # or unmount anything (even when the grader runs as root), nor nest a namespace to try.
+    command += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
     command += ["--chdir", str(cwd), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
                 "--setenv", "HOME", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
                 "--setenv", "MPLCONFIGDIR", "/tmp/.matplotlib", "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp",

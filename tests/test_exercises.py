@@ -111,4 +111,4 @@ def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
               "    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)")
     result = outcome("01_attention_scores", "softmax_rows", answer)
     assert not result.check_passed and not result.hidden_passed
-    assert "expected dtype torch.float32, got torch.float64" in result.messages[0]
+    assert "right values but dtype torch.float64, expected torch.float32" in result.messages[0]

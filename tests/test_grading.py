@@ -92,6 +92,7 @@ def course(tmp_path_factory) -> Path:
                                                           str(course / "autograded" / "correct" / "x.py"),
                                                           str(ROOT / "course_lib" / "extra.py")])}, (),
                    SET01 + ".ipynb"),
+        "escaper": ({"softmax_rows": ESCAPER.format(course=course, root=ROOT)}, (), SET01 + ".ipynb"),
         "patcher": ({"softmax_rows": PATCHER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
         "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
     }
@@ -160,6 +161,13 @@ for path in {places}:
     except OSError:
         pass
 print("WROTE", written)
+""" + HONEST_SOFTMAX
+# Tries to undo the sandbox from inside: remount the disk writable, unmount the course's stand-in.
+ESCAPER = """import subprocess
+shell = "mount -o remount,rw /; umount {course}; umount {root}; ls {course}/solutions; touch {root}/escaped"
+subprocess.run(shell, shell=True)
+import os
+print("ESCAPED" if os.path.exists("{root}/escaped") or os.path.isdir("{course}/solutions") else "STILL INSIDE")
 """ + HONEST_SOFTMAX
 # Makes every comparison pass, so a wrong answer would look right.
 PATCHER = """import torch.testing
@@ -331,6 +339,11 @@ def test_a_submission_cannot_read_solutions_hidden_tests_or_the_gradebook(course
     out = printed(course, "reader", "softmax_rows")
     assert "FOUND 0 notebooks or databases: [] in its own folder: []" in out, out
     assert scores(course, SET01, "reader") == points(course, SET01)  # its honest answers still count
+
+
+def test_a_submission_cannot_remount_or_unmount_its_way_out(course):
+    assert "STILL INSIDE" in printed(course, "escaper", "softmax_rows")
+    assert not (ROOT / "escaped").exists()
 
 
 def test_a_submission_cannot_write_outside_its_own_folder(course):
