@@ -79,6 +79,24 @@ def control_values(control: widgets.ValueWidget) -> list:
     return []
 
 
+def widget_arguments(name: str) -> tuple:
+    """What a widget that needs the lesson's objects is built with here (most need nothing)."""
+    if name == "logic_rules.sentence_widget":
+        from course_lib.logic_rules import friend_enemy_model, handset_model
+
+        sentences = [("John", "father", "sister", "Mary"), ("Tom", "enemy", "enemy", "Kate")]
+        return {"hand-set": handset_model(), "friend/enemy": friend_enemy_model()}, sentences
+    if name == "multi_head.heads_widget":  # untrained: the redraw costs the same
+        from course_lib.multi_head import multi_head_model
+
+        return ({n: multi_head_model(n) for n in (1, 2, 4)},)
+    if name == "transformer.decoding_widget":
+        from course_lib.transformer import Transformer, TransformerConfig
+
+        return Transformer(TransformerConfig(vocab_size=11, d_model=32, n_heads=4, d_ff=64)), "reverse"
+    return ()
+
+
 def widget_callbacks() -> dict[str, dict[str, float]]:
     results = {}
     for module_info in pkgutil.iter_modules(widget_package.__path__):
@@ -87,7 +105,7 @@ def widget_callbacks() -> dict[str, dict[str, float]]:
             if not name.endswith("_widget") or not callable(getattr(module, name)):
                 continue
             start = time.perf_counter()
-            view = getattr(module, name)()
+            view = getattr(module, name)(*widget_arguments(f"{module_info.name}.{name}"))
             build_ms = (time.perf_counter() - start) * 1000
             view.timings_ms.clear()
             for control in view.controls.values():
