@@ -173,15 +173,19 @@ class Attention(nn.Module):
         self.value = nn.Linear(d_memory, d_v, bias=bias)
         self.out = nn.Linear(d_v, d_model, bias=bias)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+    def project(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q from x, k and v from memory (or from x itself): (..., T, d_k), (..., S, d_k), (..., S, d_v)."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
         if memory is not None:
             require_float("memory", memory, min_rank=2)
             require_width("memory", memory, self.d_memory)
         source = x if memory is None else memory  # self-attention reads its own input
-        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        return self.query(x), self.key(source), self.value(source)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+        q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
         if rotate is not None:
             q, k = rotate(q, k)
         out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., T, d_v), (..., T, S)

@@ -112,21 +112,25 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
 # The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
 
 
-def to_multihead_attention(layer: Attention) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention (1 head, batch_first) holding `layer`'s weights, for comparison.
+def to_multihead_attention(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttention:
+    """An nn.MultiheadAttention holding `layer`'s weights, for comparison (lesson 08's layers too).
 
-    Needs d_k = d_v = d_model (torch projects to embed_dim); a d_memory != d_model becomes
-    torch's kdim = vdim = d_memory, with separate q/k/v projection weights.
+    One head for an Attention layer, n_heads for a MultiHeadAttention. Needs d_k = d_v =
+    d_model (torch projects to embed_dim); a d_memory != d_model becomes torch's kdim = vdim =
+    d_memory, with separate q/k/v projection weights. batch_first=False: torch then takes and
+    returns (T, B, D).
     """
     require_layer("layer", layer)
+    if not isinstance(batch_first, bool):
+        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
     widths = (layer.query.out_features, layer.value.out_features)
     if any(w != layer.d_model for w in widths):
         raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, "
                          f"got d_k, d_v = {widths}")
     has_bias = layer.query.bias is not None
     dtype = layer.query.weight.dtype
-    mha = nn.MultiheadAttention(layer.d_model, num_heads=1, bias=has_bias, batch_first=True, dtype=dtype,
-                                kdim=layer.d_memory, vdim=layer.d_memory)
+    mha = nn.MultiheadAttention(layer.d_model, num_heads=getattr(layer, "n_heads", 1), bias=has_bias,
+                                batch_first=batch_first, dtype=dtype, kdim=layer.d_memory, vdim=layer.d_memory)
     with torch.no_grad():
         if mha._qkv_same_embed_dim:  # one stacked (3D, D) weight
             mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))

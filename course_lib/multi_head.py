@@ -15,9 +15,10 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Rotation, scaled_dot_product_attention
+from .attention_scores import Attention, Rotation, scaled_dot_product_attention
 from .guards import require_count, require_float, require_tensor, require_width
-from .masks import IGNORE, OperationCounter, TinyConfig, TinyModel, require_token_ids, train_tiny_model
+from .masks import (IGNORE, OperationCounter, TinyConfig, TinyModel, require_token_ids, to_multihead_attention,
+                    train_tiny_model)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -36,7 +37,7 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Attention):
     """H attention heads side by side (nanoGPT style, no dropout); torch's nn.MultiheadAttention.
 
     MultiHeadAttention(d_model, n_heads, d_k=None, d_v=None, d_memory=None, bias=False):
@@ -52,37 +53,27 @@ class MultiHeadAttention(nn.Module):
       (a causal (T, S) mask, a padding (B, 1, S) mask); bias: float, broadcastable to
       (..., T, S), added to every head's scores; rotate(q, k): turns each head's q and k
       (RoPE). Returns out: (..., T, D) and weights: (..., H, T, S), one pattern per head.
-    With n_heads = 1 this is exactly lesson 01's Attention.
+    It IS lesson 01's Attention (same projections, same input checks) with the attention step
+    split into heads; with n_heads = 1 it computes exactly what Attention does.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None,
                  d_memory: int | None = None, bias: bool = False):
-        super().__init__()
-        require_count("d_model", d_model)
-        self.n_heads = require_count("n_heads", n_heads)
-        d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
-                              (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
+        require_count("n_heads", n_heads)
         for name, width in (("d_k", d_k), ("d_v", d_v)):
-            if width % n_heads:
+            width = d_model if width is None else width
+            if isinstance(width, int) and not isinstance(width, bool) and width % n_heads:
                 raise ValueError(f"{name}={width} does not split into n_heads={n_heads} equal heads")
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False, got {bias!r}")
-        self.d_model, self.d_memory = d_model, d_memory
-        self.d_head, self.d_value_head = d_k // n_heads, d_v // n_heads
-        self.query = nn.Linear(d_model, d_k, bias=bias)
-        self.key = nn.Linear(d_memory, d_k, bias=bias)
-        self.value = nn.Linear(d_memory, d_v, bias=bias)
-        self.out = nn.Linear(d_v, d_model, bias=bias)
+        super().__init__(d_model, d_k, d_v, d_memory, bias)  # lesson 01's four projections
+        self.n_heads = n_heads
+        self.d_head = self.query.out_features // n_heads
+        self.d_value_head = self.value.out_features // n_heads
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-        require_float("x", x, min_rank=2)
-        require_width("x", x, self.d_model)
-        if memory is not None:
-            require_float("memory", memory, min_rank=2)
-            require_width("memory", memory, self.d_memory)
-        source = x if memory is None else memory  # self-attention reads its own input
-        q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
         out, weights = attend_heads(q, k, v, self.n_heads, mask, bias, rotate)  # (..., T, d_v), (..., H, T, S)
         return self.out(out), weights  # (..., T, D)
 
@@ -142,26 +133,7 @@ def to_torch(layer: MultiHeadAttention, batch_first: bool = True) -> nn.Multihea
     takes and returns (T, B, D). Compare weights with average_attn_weights=False.
     """
     require_multi_head("layer", layer)
-    if not isinstance(batch_first, bool):
-        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
-    widths = (layer.query.out_features, layer.value.out_features)
-    if any(w != layer.d_model for w in widths):
-        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, got d_k, d_v = {widths}")
-    has_bias = layer.query.bias is not None
-    mha = nn.MultiheadAttention(layer.d_model, layer.n_heads, bias=has_bias, batch_first=batch_first,
-                                kdim=layer.d_memory, vdim=layer.d_memory, dtype=layer.query.weight.dtype)
-    with torch.no_grad():
-        if mha._qkv_same_embed_dim:  # one stacked (3 D, D) weight
-            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
-        else:  # kdim != embed_dim: three separate weights
-            mha.q_proj_weight.copy_(layer.query.weight)
-            mha.k_proj_weight.copy_(layer.key.weight)
-            mha.v_proj_weight.copy_(layer.value.weight)
-        mha.out_proj.weight.copy_(layer.out.weight)
-        if has_bias:
-            mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
-            mha.out_proj.bias.copy_(layer.out.bias)
-    return mha
+    return to_multihead_attention(layer, batch_first)
 
 
 # ------------------------------------------------------------------ cost
