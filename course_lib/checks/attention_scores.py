@@ -9,6 +9,7 @@ import torch
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
 from . import compare, earlier_answers, exercise_check, passed
+from .hand_in import ATTENTION_OPS, SOFTMAX_OPS, Case, Exercise
 
 # Tiny inputs the learner can work out by hand.
 LOGITS = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
@@ -77,3 +78,56 @@ def check_row_entropy(row_entropy: Callable) -> None:
         "used log2 instead of the natural log?": entropy(WEIGHTS) / math.log(2),
     })
     passed("row_entropy")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+def _softmax_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape in [(5,), (3, 7), (2, 4, 6)]:
+        x = torch.randn(*shape, generator=gen) * 30
+        cases.append(Case(f"scores of shape {shape}", lambda x=x: torch.softmax(x, -1), (x,)))
+    big = torch.tensor([[500.0, 499.0, -500.0]]) + torch.randn(1, 1, generator=gen) * 100
+    cases.append(Case("logits near 500 (exp would overflow)", lambda: torch.softmax(big, -1), (big,)))
+    return cases
+
+
+def _score_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for batch, t, s, d in [((), 3, 5, 16), ((2,), 4, 4, 9), ((2, 3), 1, 6, 64)]:
+        q, k = torch.randn(*batch, t, d, generator=gen), torch.randn(*batch, s, d, generator=gen)
+        cases.append(Case(f"T={t}, S={s}, d_k={d}, batch {batch}",
+                          lambda q=q, k=k: torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1]), (q, k)))
+    return cases
+
+
+def _attend_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for t, s, d in [(3, 5, 8), (6, 6, 4), (1, 7, 32)]:
+        q, k, v = (torch.randn(2, n, d, generator=gen) for n in (t, s, s))
+        mask = torch.rand(2, t, s, generator=gen) > 0.4
+        mask[0, 0] = False  # one query with every key masked: zero weights, zero output
+        for m, label in ((None, "no mask"), (mask, "a random mask")):
+            cases.append(Case(f"T={t}, S={s}, d_k={d}, {label}",
+                              lambda q=q, k=k, v=v, m=m: scaled_dot_product_attention(q, k, v, m), (q, k, v, m)))
+    return cases
+
+
+def _entropy_cases(gen: torch.Generator) -> list[Case]:
+    w = torch.softmax(torch.randn(3, 5, 9, generator=gen) * 3, -1)
+    w[0, 0] = torch.nn.functional.one_hot(torch.randint(9, (), generator=gen), 9).float()
+    uniform = torch.full((2, 8), 1 / 8)
+    return [Case("random rows of shape (3, 5, 9), one of them one-hot",
+                 lambda: torch.distributions.Categorical(probs=w).entropy(), (w,)),
+            Case("uniform rows over 8 keys", lambda: torch.full((2,), math.log(8)), (uniform,))]
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("softmax_rows", _softmax_cases, atol=1e-6, forbidden_ops=SOFTMAX_OPS,
+             forbidden_names=("softmax", "log_softmax", "Softmax"), forbidden_objects=(softmax, naive_softmax)),
+    Exercise("score_matrix", _score_cases, forbidden_objects=(attention_scores,)),
+    Exercise("attend", _attend_cases, forbidden_ops=SOFTMAX_OPS | ATTENTION_OPS,
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention"),
+             forbidden_objects=(scaled_dot_product_attention,),
+             uses={"score_matrix": attention_scores, "softmax_rows": softmax}),
+    Exercise("row_entropy", _entropy_cases, forbidden_names=("entropy", "Categorical"), forbidden_objects=(entropy,)),
+]}

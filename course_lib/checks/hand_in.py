@@ -1,0 +1,336 @@
+"""Hidden tests that code in the learner's kernel cannot fool: the kernel computes, the grader judges.
+
+A graded cell's hidden tests are one line, `hand_in("<exercise>", <function>)`. It draws the
+exercise's cases from a seed, calls the learner's function on each, and hands in what came back
+as plain data: tensors as their raw bytes, numbers, tuples of those, or the error raised.
+
+- While grading, the grader (another process, outside the sandbox) gives each notebook a fresh
+  seed in a first cell it adds (`start_grading`). `hand_in` then only prints its record, one
+  JSON output of the cell; the grader draws the same cases, computes the reference answers
+  itself and compares (`judge`). Patching torch, IPython or this module inside the kernel can
+  change what is handed in, never how it is judged.
+- Anywhere else (the instructor's own run, nbval, the tests) it judges right away, in this
+  process, with the same `judge`, and prints "passed" or raises CheckFailed.
+
+Each exercise set's module (course_lib/checks/<concept>.py) lists its exercises in `EXERCISES`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+import torch
+from torch import Tensor
+
+from . import CheckFailed, earlier_answers, written_by_hand
+
+MIME = "application/vnd.transformer-roots.hand-in+json"
+DEFAULT_SEED = 20261125  # the instructor's own runs; grading draws a fresh one per notebook
+
+# torch's ready-made kernels, by the name the dispatcher gives them, whatever Python name reached them.
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax",
+                         "aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax"})
+ATTENTION_OPS = frozenset({"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
+                           "aten::_scaled_dot_product_flash_attention_for_cpu",
+                           "aten::_scaled_dot_product_efficient_attention", "aten::_native_multi_head_attention",
+                           "aten::_transformer_encoder_layer_fwd"})
+NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::native_group_norm",
+                      "aten::rms_norm", "aten::_fused_rms_norm", "aten::batch_norm", "aten::native_batch_norm",
+                      "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
+                      "aten::_batch_norm_impl_index", "aten::instance_norm"})
+
+
+@dataclass(frozen=True)
+class Raises:
+    """The reference answer is an error: of this type, with a message that names these numbers."""
+
+    error: type[Exception]
+    names: tuple[str, ...] = ()
+
+
+@dataclass
+class Case:
+    """One call of the learner's function: `label` names its inputs in the feedback.
+
+    `args` are what the function gets; `run`, when given, calls it instead (for cases that pass
+    the function around or call it twice). `want` computes the reference answer; only the judge
+    calls it.
+    """
+
+    label: str
+    want: Callable[[], object]
+    args: tuple = ()
+    run: Callable[[Callable], object] | None = None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """What the hidden tests of one exercise draw, compare and refuse.
+
+    - `cases(generator)` draws the inputs; the same seed gives the same cases in the kernel and
+      in the grader.
+    - `forbidden_ops`: aten operators the answer may not run (in any thread), e.g. SOFTMAX_OPS.
+    - `forbidden_names`, `forbidden_objects`: what `written_by_hand` refuses in the source.
+    - `uses`: the learner's earlier answers this one may call, replaced by references while it is
+      graded, so that one mistake costs once.
+    """
+
+    name: str
+    cases: Callable[[torch.Generator], list[Case]]
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    forbidden_ops: frozenset[str] = frozenset()
+    forbidden_names: tuple[str, ...] = ()
+    forbidden_objects: tuple[object, ...] = ()
+    uses: Mapping[str, Callable] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ in the kernel
+_seed: int | None = None  # set by the grader's first cell
+
+
+def start_grading(seed: int) -> None:
+    """Called by the cell the grader adds first: from now on hand_in hands in, and never judges."""
+    global _seed
+    _seed = seed
+
+
+def exercise(name: str, set_name: str | None = None) -> Exercise:
+    """The Exercise called `name`: of exercise set `set_name` ("01_attention_scores"), or of
+    whichever set's checks the notebook imported."""
+    if set_name is not None:
+        return importlib.import_module(f"course_lib.checks.{set_name.split('_', 1)[1]}").EXERCISES[name]
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("course_lib.checks.") and name in getattr(module, "EXERCISES", {}):
+            return module.EXERCISES[name]
+    raise KeyError(f"no exercise called {name!r}: run the notebook's first cell (it imports the checks)")
+
+
+def hand_in(name: str, fn: Callable) -> None:
+    """Run the hidden tests of exercise `name` on the learner's `fn`: hand in, or judge here."""
+    spec = exercise(name)
+    written_by_hand(fn, spec.forbidden_names, spec.forbidden_objects)
+    seed = DEFAULT_SEED if _seed is None else _seed
+    record = collect(spec, fn, seed)
+    if _seed is not None:
+        from IPython.display import display
+        display({MIME: record, "text/plain": f"hand-in of {name}: {len(record['results'])} results"}, raw=True)
+        return
+    problems = judge(spec, record, seed)
+    if problems:
+        raise CheckFailed(f"{name}, hidden tests: " + problems[0])
+    print(f"{name}: hidden tests passed ({len(record['results'])} cases)")
+
+
+def collect(spec: Exercise, fn: Callable, seed: int) -> dict:
+    """Call `fn` on every case drawn from `seed`; the results as plain data, and the aten ops that ran."""
+    cases = spec.cases(torch.Generator().manual_seed(seed))
+    results, ops = [], set()
+    with earlier_answers(fn, **spec.uses), _operators(ops):
+        for case in cases:
+            results.append(_call(fn, case))
+    return {"exercise": spec.name, "results": results, "ops": sorted(ops)}
+
+
+def _call(fn: Callable, case: Case) -> dict:
+    before = [a.detach().clone() for a in case.args if isinstance(a, Tensor)]
+    try:
+        got = case.run(fn) if case.run is not None else fn(*case.args)
+    except Exception as error:  # a wrong answer may raise: that is its result
+        return {"raised": type(error).__name__, "message": str(error)[:300]}
+    after = [a for a in case.args if isinstance(a, Tensor)]
+    if any(x.shape != y.shape or not torch.equal(x.nan_to_num(0.5), y.nan_to_num(0.5)) for x, y in zip(before, after)):
+        return {"changed_input": True}
+    return {"value": encode(got)}
+
+
+class _operators:
+    """Record the aten operators that run, in every thread, with torch's profiler."""
+
+    def __init__(self, ops: set[str]) -> None:
+        self.ops = ops
+        config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                               experimental_config=config)
+
+    def __enter__(self) -> None:
+        with _quiet_stderr():
+            self.profiler.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        with _quiet_stderr():
+            self.profiler.__exit__(*exc)
+        self.ops.update(event.name for event in self.profiler.events() if event.name.startswith("aten::"))
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The profiler's C++ side logs a line to file descriptor 2 as it starts and stops: drop them."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved), os.close(null)
+
+
+def encode(value: object) -> dict:
+    """A result as plain JSON: a tensor as dtype, shape and raw bytes; numbers; tuples of those."""
+    if type(value) is Tensor:
+        x = value.detach().cpu().contiguous()
+        raw = x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b""
+        return {"tensor": {"dtype": str(x.dtype).removeprefix("torch."), "shape": list(x.shape),
+                           "bytes": base64.b64encode(raw).decode()}}
+    if type(value) is bool:
+        return {"bool": value}
+    if type(value) is int:
+        return {"int": value}
+    if type(value) is float:
+        return {"float": value.hex()}
+    if type(value) in (tuple, list):
+        return {"tuple": [encode(v) for v in value]}
+    kind = type(value).__name__
+    if isinstance(value, Tensor):
+        kind += " (a subclass of torch.Tensor)"
+    return {"other": kind}
+
+
+# ------------------------------------------------------------------ in the grader
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+          "bool": torch.bool}
+MAX_ELEMENTS = 1_000_000
+
+
+class Malformed(ValueError):
+    """A record that is not what hand_in writes: judged wrong, never trusted."""
+
+
+def decode(data: object) -> object:
+    """The value `encode` wrote, checked field by field: anything else raises Malformed."""
+    if not isinstance(data, dict) or len(data) != 1:
+        raise Malformed("not a result")
+    (kind, body), = data.items()
+    if kind == "tensor":
+        if not isinstance(body, dict) or body.get("dtype") not in DTYPES or not isinstance(body.get("shape"), list):
+            raise Malformed("a tensor without a known dtype and shape")
+        shape = body["shape"]
+        if not all(type(n) is int and 0 <= n for n in shape) or math.prod(shape) > MAX_ELEMENTS:
+            raise Malformed(f"a tensor of shape {shape}")
+        dtype = DTYPES[body["dtype"]]
+        raw = base64.b64decode(body.get("bytes", ""), validate=True)
+        if len(raw) != math.prod(shape) * dtype.itemsize:
+            raise Malformed("a tensor whose bytes do not fit its shape")
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    if kind == "bool" and type(body) is bool or kind == "int" and type(body) is int:
+        return body
+    if kind == "float" and isinstance(body, str):
+        return float.fromhex(body)
+    if kind == "tuple" and isinstance(body, list):
+        return tuple(decode(v) for v in body)
+    if kind == "other" and isinstance(body, str):
+        return _Other(body[:100])
+    raise Malformed(f"an unknown kind of result {kind!r}")
+
+
+@dataclass(frozen=True)
+class _Other:
+    kind: str
+
+
+def judge(spec: Exercise, record: object, seed: int) -> list[str]:
+    """What is wrong with a handed-in record, case by case: [] when every case is right.
+
+    Runs in the grader's own process: the cases and reference answers are drawn here again from
+    the seed, and the record is read as data only.
+    """
+    if not isinstance(record, dict) or record.get("exercise") != spec.name:
+        return [f"no results were handed in for {spec.name}"]
+    ops = record.get("ops")
+    if not isinstance(ops, list):
+        return ["the record of operators that ran is missing"]
+    refused = sorted(spec.forbidden_ops.intersection(map(str, ops)), key=lambda op: (op.startswith("aten::_"), op))
+    if refused:
+        return [f"{spec.name} runs torch's ready-made `{refused[0].removeprefix('aten::')}` (under whatever name "
+                "it was called): this exercise asks you to write it yourself, so it earns no credit"]
+    cases, results = spec.cases(torch.Generator().manual_seed(seed)), record.get("results")
+    if not isinstance(results, list) or len(results) != len(cases):
+        return [f"expected results for {len(cases)} cases"]
+    problems = []
+    for case, result in zip(cases, results):
+        problem = _judge_one(case, result, spec)
+        if problem:
+            problems.append(f"{case.label}: {problem}")
+    return problems
+
+
+def _judge_one(case: Case, result: object, spec: Exercise) -> str:
+    want = case.want()
+    if not isinstance(result, dict):
+        return "no result"
+    if result.get("changed_input") is True:
+        return "your function changed one of its input tensors in place"
+    if "raised" in result:
+        error, message = str(result.get("raised")), str(result.get("message", ""))
+        if isinstance(want, Raises):
+            missing = [n for n in want.names if n not in message]
+            return f"the message must name {', '.join(missing)}: {message}" if missing else ""
+        return f"raised {error}: {message}"
+    if isinstance(want, Raises):
+        return f"expected {want.error.__name__}, but it returned a result"
+    try:
+        got = decode(result.get("value"))
+    except (Malformed, ValueError, TypeError, RecursionError) as error:
+        return f"the result could not be read ({error})"
+    return compare_values(got, want, spec.atol, spec.rtol)
+
+
+def compare_values(got: object, want: object, atol: float, rtol: float) -> str:
+    """'' when `got` equals `want` within tolerance, else what differs."""
+    if isinstance(got, _Other):
+        return f"expected a plain torch.Tensor or a number, got {got.kind}"
+    if isinstance(want, tuple):
+        if not isinstance(got, tuple) or len(got) != len(want):
+            return f"expected a tuple of {len(want)} results"
+        for i, (g, w) in enumerate(zip(got, want)):
+            problem = compare_values(g, w, atol, rtol)
+            if problem:
+                return f"result {i + 1}: {problem}"
+        return ""
+    if isinstance(want, bool):
+        got = bool(got.item()) if isinstance(got, Tensor) and got.numel() == 1 else got
+        return "" if type(got) is bool and got == want else f"expected {want}, got {_show(got)}"
+    if isinstance(want, (int, float)):
+        if isinstance(got, Tensor) and got.numel() == 1 and got.dtype != torch.bool:
+            got = got.item()
+        if type(got) not in (int, float):
+            return f"expected a number, got {_show(got)}"
+        return "" if abs(got - want) <= atol + rtol * abs(want) else f"expected {want:.6g}, got {got:.6g}"
+    if not isinstance(got, Tensor):
+        return f"expected a torch.Tensor, got {_show(got)}"
+    if tuple(got.shape) != tuple(want.shape):
+        return f"expected shape {tuple(want.shape)}, got {tuple(got.shape)}"
+    if not want.is_floating_point():
+        return "" if torch.equal(got.to(want.dtype), want) else "wrong values"
+    if got.dtype == torch.bool:
+        return f"expected a {want.dtype} tensor, got a bool one"
+    g, w = got.double(), want.double()
+    if torch.allclose(g, w, atol=atol, rtol=rtol):
+        return ""
+    gap = (g - w).abs().nan_to_num(math.inf).max().item()
+    return f"wrong values (they differ by up to {gap:.3g})"
+
+
+def _show(value: object) -> str:
+    return type(value).__name__ if isinstance(value, (tuple, Tensor, _Other)) else repr(value)
