@@ -10,8 +10,8 @@ Usage: python scripts/grade.py [--course DIR] [--submissions DIR] [--exercises-o
   3. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
      (default: one per core), each batch with its own copy of the gradebook; the grades are then
      copied into gradebook.db by this process alone. Each kernel runs in a bubblewrap sandbox
-     (scripts/sandbox_kernel.py: deny by default, no network, limits) and each test cell must
-     print a per-run secret marker (see nbgrader_config.py). A submission that fails in its
+     (scripts/sandbox_kernel.py: deny by default, no network, limits); the hidden tests hand in
+     plain results that nbgrader's process judges (grading/steps.py). A submission that fails in its
      batch is graded again alone; if that fails too (its kernel dies...) it is flagged, and so
      is one that hit a limit (memory, processes, disk, output, time), with the limit named.
   4. grades.csv written fresh: one row per student and set, with a status column
@@ -29,7 +29,6 @@ import html
 import os
 import json
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -175,6 +174,11 @@ SUSPICIOUS = {
     "opens files or databases": r"\bopen\(|sqlite3|gradebook|solutions/|pathlib|os\.(walk|listdir|scandir|system|remove)|subprocess|shutil",
     "patches torch, course_lib or IPython": r"^\s*(torch|F|course_lib|IPython|builtins)(\.\w+)+\s*=[^=]|setattr\(\s*(torch|F|course_lib)|input_transformers|sys\.modules",
     "stops the kernel": r"\b(exit|quit)\(|os\._exit|sys\.exit",
+    # The kernel hands in what it computed; code that reaches into that machinery could hand in
+    # answers its own functions did not compute (README: what the grader does not guarantee).
+    "reaches into the grading code or torch's dispatch": r"course_lib\.checks|hand_in|start_grading|"
+        r"Torch(Function|Dispatch)Mode|__torch_(function|dispatch)__|_(enable|disable|prepare)_profiler|"
+        r"settrace|setprofile|\bgc\.|__code__|events\.register|(pre|post)_run_cell",
 }
 
 
@@ -373,7 +377,7 @@ def record_grades(course: Path, batch: Batch) -> None:
 
 def grade_all(course: Path, subs: list[Submission], jobs: int, limits: Limits) -> None:
     """Grade every staged submission, `jobs` nbgrader runs at a time, then record the grades."""
-    env = sandbox_environment(course, limits) | {"TR_GRADING_MARKER": secrets.token_hex(16)}
+    env = sandbox_environment(course, limits)
     batches = make_batches(course, subs, jobs)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda batch: grade_batch(course, batch, env), batches))

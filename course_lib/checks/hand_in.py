@@ -152,22 +152,33 @@ def _call(fn: Callable, case: Case) -> dict:
 
 
 class _operators:
-    """Record the aten operators that run, in every thread, with torch's profiler."""
+    """Record the aten operators that run, in every thread, with torch's profiler.
+
+    The profiler's own engine is used directly: torch.profiler.profile would first import
+    torch._inductor, seconds of work for nothing here.
+    """
 
     def __init__(self, ops: set[str]) -> None:
-        self.ops = ops
-        config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                               experimental_config=config)
+        from torch.autograd import ProfilerConfig
+        from torch._C._profiler import ProfilerActivity, ProfilerState, _ExperimentalConfig
+
+        self.ops, self.activities = ops, {ProfilerActivity.CPU}
+        self.config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
+                                     _ExperimentalConfig(profile_all_threads=True))
 
     def __enter__(self) -> None:
+        from torch.autograd import _enable_profiler, _prepare_profiler
+
         with _quiet_stderr():
-            self.profiler.__enter__()
+            _prepare_profiler(self.config, self.activities)
+            _enable_profiler(self.config, self.activities)
 
     def __exit__(self, *exc) -> None:
+        from torch.autograd import _disable_profiler
+
         with _quiet_stderr():
-            self.profiler.__exit__(*exc)
-        self.ops.update(event.name for event in self.profiler.events() if event.name.startswith("aten::"))
+            events = _disable_profiler().events()
+        self.ops.update(name for name in (event.name() for event in events) if name.startswith("aten::"))
 
 
 @contextlib.contextmanager

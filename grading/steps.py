@@ -1,0 +1,247 @@
+"""nbgrader preprocessors for Transformer Roots, in the order nbgrader_config.py runs them.
+
+Autograding a notebook:
+1. `SeedHiddenTests` adds a first cell that gives the kernel this run's fresh seed.
+2. `LimitedExecute` runs the notebook (each cell in the sandboxed kernel) with limits on output
+   and on the whole notebook's time that the kernel cannot lift: they are enforced here.
+3. `StderrToStdout` keeps warnings from zeroing a cell; `NameLimits` says which limit an error hit.
+4. `JudgeHandIns` reads what each graded cell handed in and judges it against the reference
+   answers, drawn again here from the seed: a test cell keeps its points only if the judge
+   says every case is right. Nothing the kernel prints or patches decides this.
+Feedback: `HideHiddenTests` shows which cell failed and why, never the hidden tests or records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+
+from nbconvert.preprocessors import Preprocessor
+from nbformat.v4 import new_code_cell, new_output
+from nbgrader.preprocessors import Execute
+
+from course_lib.checks.hand_in import MIME, exercise, judge
+
+TIMEOUT_SECONDS = 20  # per cell: each graded cell runs in well under a second
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
+HAND_IN = re.compile(r"""hand_in\(\s*["'](\w+)["']""")
+LIMIT = "LimitExceeded"  # the ename of an error that names a limit; grade.py flags such submissions
+SEED_CELL = "seed_cell"
+
+# Set by scripts/grade.py from its command line; the defaults fit a class on a 2-core, 24 GB machine.
+OUTPUT_BYTES_PER_CELL = int(os.environ.get("TR_OUTPUT_BYTES_PER_CELL", 1_000_000))
+OUTPUT_BYTES_PER_NOTEBOOK = int(os.environ.get("TR_OUTPUT_BYTES_PER_NOTEBOOK", 4_000_000))
+SECONDS_PER_SUBMISSION = float(os.environ.get("TR_SECONDS_PER_SUBMISSION", 120))
+MEMORY_BYTES = int(os.environ.get("TR_MEMORY_BYTES", 3 * 2**30))
+PROCESSES = int(os.environ.get("TR_PROCESSES", 64))
+SCRATCH_BYTES = int(os.environ.get("TR_SCRATCH_BYTES", 512 * 2**20))
+
+
+def is_test_cell(cell) -> bool:
+    return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade", False)
+
+
+def error_output(ename: str, message: str):
+    return new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
+class SeedHiddenTests(Preprocessor):
+    """Before execution: a first cell gives the kernel a seed drawn fresh for this notebook."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        seed = secrets.randbelow(2**62)
+        resources["hand_in_seed"] = seed
+        source = f"from course_lib.checks.hand_in import start_grading\nstart_grading({seed})"
+        nb.cells.insert(0, new_code_cell(source, metadata={SEED_CELL: True}))
+        return nb, resources
+
+
+class JudgeHandIns(Preprocessor):
+    """After execution: each graded cell's points depend on the judge alone.
+
+    The exercises a cell hands in are read from its hidden tests, which nbgrader has restored from
+    the instructor's source (the kernel cannot change them). A cell that ran without error keeps
+    its points only if it handed in exactly one record per exercise and every case is right;
+    otherwise it gets an error output saying why, which makes nbgrader give it 0.
+    """
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        seed = resources.pop("hand_in_seed", None)
+        set_name = resources.get("nbgrader", {}).get("assignment")
+        nb.cells = [cell for cell in nb.cells if not cell.metadata.get(SEED_CELL)]
+        for cell in nb.cells:
+            names = [n for block in HIDDEN.findall(cell.source) for n in HAND_IN.findall(block)]
+            if is_test_cell(cell) and names and seed is not None:
+                self._judge_cell(cell, names, set_name, seed)
+        return nb, resources
+
+    @staticmethod
+    def _judge_cell(cell, names: list[str], set_name: str, seed: int) -> None:
+        records = [o["data"][MIME] for o in cell.outputs if o.get("output_type") == "display_data"
+                   and MIME in o.get("data", {})]
+        if any(o.get("output_type") == "error" for o in cell.outputs):
+            return  # it already fails: the learner sees their own error
+        for name in names:
+            mine = [r for r in records if isinstance(r, dict) and r.get("exercise") == name]
+            if len(mine) != 1:
+                message = (f"{name}: the hidden tests handed in {len(mine)} results instead of 1 (the cell was "
+                           "skipped, emptied or changed while grading): 0 points; the instructor will look at it")
+                cell.outputs.append(error_output("NotGraded", message))
+                return
+            problems = judge(exercise(name, set_name), mine[0], seed)
+            if problems:
+                more = f" (and {len(problems) - 1} more cases)" if len(problems) > 1 else ""
+                cell.outputs.append(error_output("HiddenTestFailed", f"{name}: {problems[0]}{more}"))
+                return
+
+
+class StderrToStdout(Preprocessor):
+    """Warnings and prints to stderr do not zero a cell: nbgrader counts any stderr as failure.
+
+    The text stays in the output (as stdout) so feedback shows it.
+    """
+
+    enabled = True
+
+    def preprocess_cell(self, cell, resources, index):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                output["name"] = "stdout"
+        return cell, resources
+
+
+class LimitedExecute(Execute):
+    """nbgrader's Execute, with limits kept in this process, where code in the kernel cannot lift them.
+
+    - Output: a cell keeps at most OUTPUT_BYTES_PER_CELL bytes of output, the notebook at most
+      OUTPUT_BYTES_PER_NOTEBOOK; the rest is dropped as it arrives, with one note.
+    - Time: besides the per-cell timeout, the whole notebook gets SECONDS_PER_SUBMISSION; a cell
+      gets what is left of it, and once it is spent the remaining cells are not run.
+    """
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._started, self._notebook_bytes, self._cell_bytes = None, 0, {}
+        return super().preprocess(nb, resources, km)
+
+    def _left(self) -> float:
+        return SECONDS_PER_SUBMISSION - (time.monotonic() - self._started)
+
+    def _get_timeout(self, cell):
+        if self._started is None:  # waiting for the kernel, before any cell
+            return TIMEOUT_SECONDS
+        left = self._left()
+        if cell is not None:
+            cell.metadata["_tr_budget"] = left < TIMEOUT_SECONDS
+        return max(1, int(min(TIMEOUT_SECONDS, left)))
+
+    def preprocess_cell(self, cell, resources, index):
+        if self._started is None:  # the clock starts with the first cell, not the kernel's start
+            self._started = time.monotonic()
+        if cell.cell_type == "code" and self._left() <= 0:
+            cell.outputs = [error_output(LIMIT, f"not run: the submission used all of its {SECONDS_PER_SUBMISSION:g} s "
+                                                "(the limit for a whole notebook); look for the slow cell above")]
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
+
+    def output(self, outs, msg, display_id, cell_index):
+        content = msg.get("content", {})
+        size = len(content.get("text", "")) + sum(map(len, map(str, content.get("data", {}).values())))
+        cell_bytes = self._cell_bytes.get(cell_index, 0) + size
+        self._cell_bytes[cell_index] = cell_bytes
+        self._notebook_bytes += size
+        if cell_bytes > OUTPUT_BYTES_PER_CELL or self._notebook_bytes > OUTPUT_BYTES_PER_NOTEBOOK:
+            if not any(o.get("ename") == LIMIT for o in outs):
+                outs.append(error_output(LIMIT, f"output cut: a cell may print {OUTPUT_BYTES_PER_CELL:,} bytes and a "
+                                                f"notebook {OUTPUT_BYTES_PER_NOTEBOOK:,}; remove the large prints"))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+# What the kernel's own limits (scripts/sandbox_kernel.py) look like when code runs into them.
+IN_KERNEL_LIMITS = [
+    (re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory|std::bad_alloc"),
+     f"memory: a process of the notebook may use {MEMORY_BYTES / 2**30:g} GiB"),
+    (re.compile(r"can't start new thread|Resource temporarily unavailable|\[Errno 11\]"),
+     f"processes: the notebook may run {PROCESSES} processes and threads"),
+    (re.compile(r"No space left on device|\[Errno 28\]|File too large"),
+     f"disk: the notebook may write {SCRATCH_BYTES / 2**20:g} MiB to each of its folders"),
+]
+
+
+class NameLimits(Preprocessor):
+    """After execution: an error caused by a limit says which limit, and a timeout says which one."""
+
+    enabled = True
+
+    def preprocess_cell(self, cell, resources, index):
+        budget = cell.metadata.pop("_tr_budget", False)
+        name = cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {index + 1}")
+        for k, output in enumerate(cell.get("outputs", [])):
+            if output.get("output_type") != "error" or output.get("ename") == LIMIT:
+                continue
+            text = f"{output.get('ename')}: {output.get('evalue')}"
+            if "Timeout" in output.get("ename", ""):
+                # A loop that never ends is an honest mistake that costs its part; a whole notebook
+                # that runs too long is flagged.
+                which = (f"time: the whole notebook may run {SECONDS_PER_SUBMISSION:g} s" if budget
+                         else f"time: a cell may run {TIMEOUT_SECONDS} s")
+                message = (f"the cell `{name}` was stopped at the limit on {which}: look for a loop that never "
+                           "ends (this part scores 0, the others are graded)")
+                cell.outputs[k] = error_output(LIMIT if budget else "TimeoutError", message)
+                continue
+            for pattern, which in IN_KERNEL_LIMITS:
+                if pattern.search(text):
+                    cell.outputs[k] = error_output(LIMIT, f"the cell `{name}` ran into the limit on {which} ({text[:200]})")
+                    break
+        return cell, resources
+
+
+class HideHiddenTests(Preprocessor):
+    """Feedback shows which test cell failed and its message, never the hidden tests' source.
+
+    Autograding puts the hidden tests back into the test cells; this removes them again from the
+    feedback HTML, drops the handed-in records, shortens each error of a test cell to its last line
+    (the traceback quotes code), and drops any printed line that quotes the hidden tests (a
+    submission can print the source of the cell calling it).
+    """
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        hidden = {line.strip() for cell in nb.cells if cell.cell_type == "code"
+                  for block in HIDDEN.findall(cell.source) for line in block.splitlines()[1:-1]
+                  if len(line.strip()) > 8}
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                self._clean(cell, hidden)
+        return nb, resources
+
+    @staticmethod
+    def _clean(cell, hidden: set[str]) -> None:
+        is_test = "### BEGIN HIDDEN TESTS" in cell.source
+        cell.source = HIDDEN.sub("# (hidden tests ran here)", cell.source)
+        kept = []
+        for output in cell.get("outputs", []):
+            if MIME in output.get("data", {}):
+                continue
+            if output.get("output_type") == "stream":
+                lines = output["text"].splitlines(keepends=True)
+                output["text"] = "".join(line for line in lines if not any(h in line for h in hidden))
+            elif output.get("output_type") == "error":
+                if is_test or output["ename"] == LIMIT:
+                    output["traceback"] = [f"{output['ename']}: {output['evalue']}"]
+                if any(h in output["evalue"] for h in hidden):
+                    output["evalue"] = "(message withheld: it quoted the hidden tests)"
+                    output["traceback"] = [f"{output['ename']}: {output['evalue']}"]
+            elif "data" in output:
+                text = output["data"].get("text/plain", "")
+                if any(h in text for h in hidden):
+                    output["data"] = {"text/plain": "(output withheld: it quoted the hidden tests)"}
+            kept.append(output)
+        cell.outputs = kept
