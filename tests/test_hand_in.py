@@ -1,0 +1,172 @@
+"""The hidden tests' hand-in and its judge (course_lib/checks/hand_in.py, grading/steps.py).
+
+The kernel hands in plain data; the judge, in the grader's process, reads it as data only and
+compares it with references it draws again from the seed. These tests hand the judge what a
+kernel could send: right answers, wrong ones, forged and malformed records.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import nbformat
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+import course_lib.checks.attention_scores  # noqa: F401 (registers set 01's exercises)
+from course_lib.checks import CheckFailed
+from course_lib.checks.hand_in import MIME, Malformed, collect, decode, encode, exercise, hand_in, judge
+from grading.steps import JudgeHandIns
+
+SEED = 12345
+
+
+def softmax_rows(x):
+    exps = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def wrong_softmax_rows(x):
+    return torch.exp(x) / torch.exp(x).sum(0)
+
+
+@pytest.mark.parametrize("value", [
+    torch.randn(3, 4), torch.randn(2, 3, dtype=torch.float64), torch.tensor([True, False]),
+    torch.arange(6).reshape(2, 3), torch.empty(0, 3), torch.tensor(2.5), 3, 2.0**-60, True,
+    (torch.ones(2), 1.5), [torch.zeros(1), (False, 7)],
+])
+def test_what_is_handed_in_reads_back_exactly(value):
+    back = decode(encode(value))
+    flat = lambda v: [v] if not isinstance(v, (tuple, list)) else [x for item in v for x in flat(item)]
+    for got, want in zip(flat(back), flat(value), strict=True):
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+        else:
+            assert type(got) is type(want) and got == want
+
+
+@pytest.mark.parametrize("record, why", [
+    ({"tensor": {"dtype": "float32", "shape": [2], "bytes": base64.b64encode(b"\0" * 4).decode()}}, "do not fit"),
+    ({"tensor": {"dtype": "object", "shape": [1], "bytes": ""}}, "known dtype"),
+    ({"tensor": {"dtype": "float32", "shape": [10**9], "bytes": ""}}, "shape"),
+    ({"tensor": {"dtype": "float32", "shape": [-1], "bytes": ""}}, "shape"),
+    ({"pickle": "gASV"}, "unknown kind"),
+    ({"int": 1, "float": "0x1p0"}, "not a result"),
+    ("1.0", "not a result"),
+])
+def test_a_malformed_record_is_refused_never_trusted(record, why):
+    with pytest.raises(Malformed, match=why):
+        decode(record)
+
+
+def test_right_answers_pass_and_wrong_ones_are_named_case_by_case():
+    spec = exercise("softmax_rows")
+    assert judge(spec, collect(spec, softmax_rows, SEED), SEED) == []
+    problems = judge(spec, collect(spec, wrong_softmax_rows, SEED), SEED)
+    # Over the last axis of a 1-D input the wrong axis is the right one: that case passes.
+    assert len(problems) == 3 and problems[0].startswith("scores of shape (3, 7): wrong values"), problems
+
+
+def test_results_computed_from_other_inputs_fail():
+    """A kernel whose random numbers were tampered with hands in answers to other questions."""
+    spec = exercise("softmax_rows")
+    assert judge(spec, collect(spec, softmax_rows, SEED + 1), SEED)
+
+
+def test_a_tensor_subclass_is_not_a_plain_result():
+    class Agreeable(torch.Tensor):
+        pass
+
+    spec = exercise("softmax_rows")
+    record = collect(spec, lambda x: softmax_rows(x).as_subclass(Agreeable), SEED)
+    assert "got Agreeable (a subclass of torch.Tensor)" in judge(spec, record, SEED)[0]
+
+
+def test_forbidden_operators_are_refused_in_any_thread():
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = exercise("softmax_rows")
+    with ThreadPoolExecutor(1) as pool:
+        record = collect(spec, lambda x: pool.submit(getattr(torch.special, "soft" + "max"), x, -1).result(), SEED)
+    assert "ready-made `softmax`" in judge(spec, record, SEED)[0]
+
+
+def test_a_forged_record_is_judged_on_its_numbers():
+    spec = exercise("softmax_rows")
+    record = collect(spec, softmax_rows, SEED)
+    record["ops"] = []
+    record["results"][0] = {"value": encode(torch.zeros(5))}
+    assert judge(spec, record, SEED)[0].startswith("scores of shape (5,): wrong values")
+    assert judge(spec, {"exercise": "softmax_rows"}, SEED) == ["the record of operators that ran is missing"]
+    assert judge(spec, {**record, "results": record["results"][:2]}, SEED) == ["expected results for 4 cases"]
+    assert judge(spec, [], SEED) == ["no results were handed in for softmax_rows"]
+
+
+def test_an_in_place_change_of_an_input_is_wrong():
+    def in_place(x):
+        x -= x.amax(-1, keepdim=True)
+        return softmax_rows(x)
+
+    spec = exercise("softmax_rows")
+    assert "changed one of its input tensors" in judge(spec, collect(spec, in_place, SEED), SEED)[0]
+
+
+def test_outside_grading_hand_in_judges_at_once():
+    hand_in("softmax_rows", softmax_rows)
+    with pytest.raises(CheckFailed, match="softmax_rows, hidden tests: scores of shape"):
+        hand_in("softmax_rows", wrong_softmax_rows)
+
+
+# ---------------------------------------------------------------- the judge as nbgrader runs it
+def graded_notebook(*outputs) -> nbformat.NotebookNode:
+    source = ('check_softmax_rows(softmax_rows)\n### BEGIN HIDDEN TESTS\n'
+              'hand_in("softmax_rows", softmax_rows)\n### END HIDDEN TESTS')
+    cell = new_code_cell(source, metadata={"nbgrader": {"grade": True, "grade_id": "softmax_rows_tests"}})
+    cell.outputs = list(outputs)
+    return new_notebook(cells=[new_code_cell("start_grading(...)", metadata={"seed_cell": True}), cell])
+
+
+def record_output(fn) -> dict:
+    spec = exercise("softmax_rows")
+    return new_output("display_data", data={MIME: collect(spec, fn, SEED), "text/plain": "hand-in"})
+
+
+def judged(nb) -> list[str]:
+    resources = {"hand_in_seed": SEED, "nbgrader": {"assignment": "01_attention_scores"}}
+    nb, _ = JudgeHandIns().preprocess(nb, resources)
+    assert len(nb.cells) == 1  # the seed cell is gone
+    return [f"{o.ename}: {o.evalue}" for o in nb.cells[0].outputs if o.output_type == "error"]
+
+
+def test_the_judge_keeps_the_points_of_a_right_record_only():
+    assert judged(graded_notebook(record_output(softmax_rows))) == []
+    assert judged(graded_notebook(record_output(wrong_softmax_rows)))[0].startswith(
+        "HiddenTestFailed: softmax_rows: scores of shape (3, 7): wrong values")
+
+
+def test_no_record_or_two_records_earn_nothing():
+    for outputs in [(), (record_output(softmax_rows), record_output(softmax_rows))]:
+        errors = judged(graded_notebook(*outputs))
+        assert len(errors) == 1 and errors[0].startswith("NotGraded: softmax_rows: the hidden tests handed in"), errors
+
+
+def test_a_cell_that_failed_in_the_kernel_keeps_its_own_error():
+    error = new_output("error", ename="CheckFailed", evalue="wrong", traceback=[])
+    assert judged(graded_notebook(record_output(softmax_rows), error)) == ["CheckFailed: wrong"]
+
+
+def test_printed_text_saying_passed_earns_nothing():
+    printed = new_output("stream", name="stdout", text="softmax_rows: hidden tests passed (4 cases)\n")
+    assert judged(graded_notebook(printed))[0].startswith("NotGraded")
+
+
+def test_numbers_are_compared_with_tolerance_and_nan_is_never_right():
+    from course_lib.checks.hand_in import compare_values
+
+    assert compare_values(1.0 + 1e-9, 1.0, 1e-6, 0) == ""
+    assert compare_values(torch.tensor(1.5), 1.5, 1e-6, 0) == ""
+    assert compare_values(math.nan, 1.0, 1e-6, 0) != ""
+    assert compare_values(torch.tensor([math.nan]), torch.tensor([1.0]), 1e-6, 0).startswith("wrong values")
+    assert compare_values(1, True, 0, 0) == "expected True, got 1"
