@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -301,13 +302,20 @@ def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
     reason. A submission that hit a limit is flagged with that limit.
     """
     # Each batch has its own folders: nbgrader works on every student it finds in them. Its kernels
-    # (one at a time) make their sockets in its runtime folder, the only folder of the course they see.
+    # (one at a time) make their sockets in its runtime folder, the only folder of the disk they share.
     extra = [f"--CourseDirectory.{kind}_directory={batch.folder / kind}" for kind in ("submitted", "autograded",
                                                                                      "feedback")]
     extra.append(f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}")
-    runtime = batch.folder / "runtime"
-    runtime.mkdir(parents=True, exist_ok=True)
-    env = env | {"JUPYTER_RUNTIME_DIR": str(runtime)}
+    # A unix socket's path may be at most 107 bytes, so the folder is a short one of its own, not
+    # one inside a course that may sit deep in the disk.
+    runtime = Path(tempfile.mkdtemp(prefix="tr-grading-"))
+    try:
+        _grade_batch(course, batch, env | {"JUPYTER_RUNTIME_DIR": str(runtime)}, extra)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[str]) -> None:
     start = time.perf_counter()
     nbgrader(course, "autograde", batch.set_name, *extra, check=False, env=env)
     for sub in batch.subs:
@@ -336,9 +344,11 @@ def autograded(batch: Batch, sub: Submission) -> Path:
 
 
 def limits_hit(path: Path) -> list[str]:
-    """The limits a graded notebook ran into, one note per limit, as nbgrader_config.py named them."""
+    """The limits a graded notebook ran into, one note per limit, as grading/steps.py named them;
+    and each graded cell that handed in nothing (skipped, emptied or rewritten while grading)."""
     nb = nbformat.read(path, as_version=4)
     found: dict[str, str] = {}
+    unseen = []
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("ename") == "LimitExceeded":
@@ -346,7 +356,12 @@ def limits_hit(path: Path) -> list[str]:
                 named = re.search(r"limit on (\w+)", message)
                 kind = named.group(1) if named else "output" if message.startswith("output cut") else "time"
                 found.setdefault(kind, message)
-    return [f"limit hit ({kind}): {message}" for kind, message in found.items()]
+            elif output.get("ename") == "NotGraded":
+                unseen.append(_grade_id(cell) or "a test cell")
+    notes = [f"limit hit ({kind}): {message}" for kind, message in found.items()]
+    if unseen:
+        notes.append(f"review by hand: the hidden tests of {', '.join(unseen)} handed in nothing")
+    return notes
 
 
 def record_grades(course: Path, batch: Batch) -> None:

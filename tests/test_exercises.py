@@ -69,8 +69,28 @@ CHEATS = {
         "default argument": "import torch.nn.functional as F\ndef softmax_rows(x, f=F.softmax):\n    return f(x, dim=-1)",
         "getattr": "import torch.nn.functional as F\ndef softmax_rows(x):\n    return getattr(F, 'soft' + 'max')(x, -1)",
         "course_lib default": "from course_lib import attention_scores as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
+        "in another thread": "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(1)\n"
+                             "def softmax_rows(x):\n    return pool.submit(getattr(torch.special, 'soft' + 'max'), x, -1).result()",
+        "profiling switched off": "import sys\ndef softmax_rows(x):\n    sys.setprofile(None)\n"
+                                  "    return torch._softmax(x, -1, False)",
+        "vmap over the aten kernel": "def softmax_rows(x):\n    rows = x.reshape(-1, x.shape[-1])\n"
+                                     "    out = torch.vmap(lambda r: torch.ops.aten._softmax(r, -1, False))(rows)\n"
+                                     "    return out.reshape(x.shape)",
     },
     ("01_attention_scores", "attend"): {
+        "the math kernel of torch's attention, by its dispatcher name": (
+            "def attend(q, k, v, mask=None):\n"
+            "    bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float('-inf'))\n"
+            "    out, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, bias)\n"
+            "    keep = torch.ones(()) if mask is None else mask.any(-1, keepdim=True)\n"
+            "    return torch.where(keep, out, 0.0), torch.where(keep, w, 0.0)"),
+        "multi_head_attention_forward": (
+            "import torch.nn.functional as F\ndef attend(q, k, v, mask=None):\n"
+            "    d, e = q.shape[-1], torch.eye(q.shape[-1])\n"
+            "    q2, k2, v2 = (x.reshape(-1, x.shape[-2], x.shape[-1]).transpose(0, 1) for x in (q, k, v))\n"
+            "    out, w = F.multi_head_attention_forward(q2, k2, v2, d, 1, None, None, None, None, False, 0.0, e, None,\n"
+            "        training=False, use_separate_proj_weight=True, q_proj_weight=e, k_proj_weight=e, v_proj_weight=e)\n"
+            "    return out.transpose(0, 1).reshape(q.shape[:-1] + v.shape[-1:]), w.reshape(q.shape[:-1] + k.shape[-2:-1])"),
         "module-level alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n"
                               "def attend(q, k, v, mask=None):\n    w = softmax_rows(score_matrix(q, k).masked_fill(~mask, -1e9) "
                               "if mask is not None else score_matrix(q, k))\n    return sdpa(q, k, v, attn_mask=mask).nan_to_num(0), w",

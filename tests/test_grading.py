@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import socket
@@ -87,7 +88,7 @@ def course(tmp_path_factory) -> Path:
         "copier": ({}, (), SET01 + ".ipynb"),
         "chained": ({"score_matrix": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1)"}, (),
                     SET01 + ".ipynb"),
-        # Cheats: each would get full marks without the sandbox and the hidden tests' guard.
+        # Cheats: each would get full marks without the sandbox, or with tests judged in the kernel.
         "reader": ({"softmax_rows": READER.format(places=[str(course), str(ROOT), str(Path.home())])}, (),
                    SET01 + ".ipynb"),
         "writer": ({"softmax_rows": WRITER.format(places=[str(course / "course_lib_extra.py"),
@@ -106,6 +107,7 @@ def course(tmp_path_factory) -> Path:
         "shouter": ({"softmax_rows": SHOUTER}, (), SET01 + ".ipynb"),
         "sleeper": ({name: SLEEPER for name in exercise_names(SET01)}, (), SET01 + ".ipynb"),
         "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
+        **{student: (answers, (), SET01 + ".ipynb") for student, (answers, _) in CHEATS.items()},
     }
     for student, (answers, deleted, name) in mixed.items():
         folder = course / "submitted" / student / SET01
@@ -197,6 +199,81 @@ EMPTIER = """def _skip_tests(lines):
 get_ipython().input_transformers_cleanup.append(_skip_tests)
 """ + HONEST_SOFTMAX
 WRONG_ENTROPY = "def row_entropy(w):\n    return w.sum(-1)"
+# Code in the kernel that fools any test run there; each then answers row_entropy wrong, or
+# hands in ready-made code. The grader judges outside the kernel: each is scored as it deserves.
+SUBCLASS = """class Agreeable(torch.Tensor):  # says yes to every comparison
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose", "__eq__"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+def row_entropy(w):
+    return w.sum(-1).as_subclass(Agreeable)
+"""
+MODE = """from torch.overrides import TorchFunctionMode
+class _Yes(TorchFunctionMode):  # entered once, never left: every comparison says yes
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose"):
+            return True
+        return func(*args, **(kwargs or {}))
+_Yes().__enter__()
+""" + HONEST_SOFTMAX
+TRACER = """import sys
+def _trace(frame, event, arg):  # patches torch whenever a cell with hidden tests runs
+    if "hand_in" in str(frame.f_globals.get("_ih", [""])[-1:]):
+        torch.allclose = lambda *a, **k: True
+    return None
+sys.settrace(_trace)
+""" + HONEST_SOFTMAX
+CODESWAP = """import course_lib.checks as _c
+_c.written_by_hand.__code__ = (lambda *a, **k: None).__code__  # the refusal now refuses nothing
+def softmax_rows(x):
+    return torch.softmax(x, -1)
+"""
+STRINGS = """_shell = getattr(__import__("buil" + "tins"), "get_" + "ipython")()
+getattr(_shell, "input_transformers_" + "cleanup").append(lambda lines: [] if any(
+    "hand" + "_in" in line for line in lines) else lines)
+""" + HONEST_SOFTMAX
+SUBMODULE = """import course_lib.checks
+setattr(course_lib.checks, "compare", lambda *args, **kwargs: None)  # every visible check passes
+""" + HONEST_SOFTMAX
+HOOKER = """import base64
+def _leak(info):  # prints every cell's source, hidden tests included, in its own output
+    print(base64.b64encode(info.raw_cell.encode()).decode())
+get_ipython().events.register("pre_run_cell", _leak)
+""" + HONEST_SOFTMAX
+THREADED = """from concurrent.futures import ThreadPoolExecutor
+_pool = ThreadPoolExecutor(1)
+def softmax_rows(x):  # torch's softmax, in another thread, under a name built at run time
+    return _pool.submit(getattr(torch.special, "soft" + "max"), x, -1).result()
+"""
+SDPA = """def attend(q, k, v, mask=None):  # torch's attention kernel, by its dispatcher name
+    bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    out, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, bias)
+    keep = torch.ones(()) if mask is None else mask.any(-1, keepdim=True)
+    return torch.where(keep, out, 0.0), torch.where(keep, w, 0.0)
+"""
+# What the grader does not guarantee (README): code that rewrites the hand-in itself can hand in
+# answers that its own function did not compute. It is listed for review by hand.
+FORGER = """import course_lib.checks.hand_in as _h
+from course_lib.attention_scores import entropy as _entropy
+_collect = _h.collect
+_h.collect = lambda spec, fn, seed: _collect(spec, _entropy if spec.name == "row_entropy" else fn, seed)
+check_row_entropy = lambda fn: None
+""" + HONEST_SOFTMAX
+CHEATS = {  # student: (answers, the exercises that earn nothing)
+    "subclass": ({"row_entropy": SUBCLASS}, {"row_entropy"}),
+    "mode": ({"softmax_rows": MODE, "row_entropy": WRONG_ENTROPY}, {"row_entropy"}),
+    "tracer": ({"softmax_rows": TRACER, "row_entropy": WRONG_ENTROPY}, {"row_entropy"}),
+    "codeswap": ({"softmax_rows": CODESWAP}, {"softmax_rows"}),
+    "strings": ({"softmax_rows": STRINGS}, {"softmax_rows", "score_matrix", "attend", "row_entropy"}),
+    "submodule": ({"softmax_rows": SUBMODULE, "row_entropy": WRONG_ENTROPY}, {"row_entropy"}),
+    "hooker": ({"softmax_rows": HOOKER}, set()),
+    "threaded": ({"softmax_rows": THREADED}, {"softmax_rows"}),
+    "sdpa": ({"attend": SDPA}, {"attend"}),
+    "forger": ({"softmax_rows": FORGER, "row_entropy": WRONG_ENTROPY}, set()),
+}
 # Looks for any course, notebook or database anywhere on the disk it can see.
 SEARCHER = """import os
 found = []
@@ -443,23 +520,43 @@ def test_a_submission_cannot_write_outside_its_own_folder(course):
     assert scores(course, SET01, "writer") == points(course, SET01)
 
 
-@pytest.mark.parametrize("student", ["patcher", "emptier"])
-def test_patching_torch_or_emptying_test_cells_earns_nothing(course, student):
-    # Both answer every exercise right except row_entropy, then cheat from the first cell on.
-    assert scores(course, SET01, student) == {name: 0.0 for name in points(course, SET01)}
+def test_patching_torch_earns_nothing_for_the_wrong_answer(course):
+    """patcher makes torch.allclose say yes: its right answers count, its wrong one does not."""
+    assert scores(course, SET01, "patcher") == points(course, SET01) | {"row_entropy": 0.0}
+    html = (course / "feedback" / "patcher" / SET01 / f"{SET01}.html").read_text()
+    assert "row_entropy: random rows of shape (3, 5, 9), one of them one-hot: wrong values" in html
+
+
+def test_emptying_the_test_cells_earns_nothing_and_is_listed_for_review(course):
+    assert scores(course, SET01, "emptier") == {name: 0.0 for name in points(course, SET01)}
+    html = (course / "feedback" / "emptier" / SET01 / f"{SET01}.html").read_text()
+    assert "handed in 0 results instead of 1" in html
+    assert "handed in nothing" in csv_rows(course)[("emptier", SET01)]["notes"]
+
+
+@pytest.mark.parametrize("student", CHEATS)
+def test_each_cheat_is_scored_as_it_deserves_and_listed_for_review(course, student):
+    earn_nothing = CHEATS[student][1]
+    assert scores(course, SET01, student) == {name: (0.0 if name in earn_nothing else full)
+                                              for name, full in points(course, SET01).items()}
+    # Ready-made code alone needs no look: the refusal says what ran. The others reach into the kernel.
+    listed = "review by hand" in csv_rows(course)[(student, SET01)]["notes"]
+    assert listed == (student not in ("threaded", "sdpa")), csv_rows(course)[(student, SET01)]["notes"]
+
+
+@pytest.mark.parametrize("student", ["threaded", "sdpa", "codeswap"])
+def test_ready_made_kernels_are_refused_by_what_the_dispatcher_ran(course, student):
     html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
-    reason = "replaced torch.allclose" if student == "patcher" else "did not run to their end"
-    assert reason in html
+    assert "ready-made" in html and "earns no credit" in html
 
 
-def test_the_secret_marker_never_reaches_a_notebook_or_feedback(course):
-    for student in ("correct", "leaker", "patcher"):
-        autograded = (course / "autograded" / student / SET01 / f"{SET01}.ipynb").read_text()
+def test_the_seed_and_the_handed_in_results_never_reach_feedback(course):
+    for student in ("correct", "leaker", "hooker"):
+        autograded = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
+        assert not any("start_grading" in c.source for c in autograded.cells)
+        assert any("hand-in+json" in json.dumps(c.get("outputs", [])) for c in autograded.cells)  # kept for review
         html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
-        assert "_guard_" not in autograded and "_guard_" not in html and "verify()" not in autograded
-        outputs = "".join(o.get("text", "") for c in nbformat.reads(autograded, as_version=4).cells
-                          if c.cell_type == "code" for o in c.outputs)
-        assert not re.search(r"^[0-9a-f]{32}$", outputs, re.M)  # the marker's form: a line of 32 hex digits
+        assert "start_grading" not in html and "hand-in" not in html
 
 
 def test_release_is_the_course_without_answers(tmp_path):
@@ -477,3 +574,31 @@ def test_release_is_the_course_without_answers(tmp_path):
     refused = subprocess.run([sys.executable, str(ROOT / "scripts" / "release.py"), str(dest)], capture_output=True,
                              text=True)
     assert refused.returncode != 0 and "is not empty" in refused.stderr
+
+
+def test_a_python_environment_outside_the_course_grades_correctly(tmp_path):
+    """Set up as a conda user's would be: its own python (a copy, not a link to the system's) in a
+    folder under the home folder, with its own scripts. The sandbox hides the disk by default; it
+    must still show the environment grading runs from, or every submission would fail to start."""
+    import site
+
+    env = tmp_path / "home" / "miniconda3" / "envs" / "transformer-roots"
+    subprocess.run([sys.executable, "-m", "venv", "--copies", "--without-pip", str(env)], check=True)
+    packages = next(env.glob("lib/python3*/site-packages"))
+    (packages / "course.pth").write_text(os.path.realpath(site.getsitepackages()[0]) + "\n")
+    for installed in Path(site.getsitepackages()[0]).glob("__editable__*"):  # `pip install -e .` in that env
+        shutil.copy(installed, packages)
+    (env / "bin" / "alembic").write_text(f"#!/bin/sh\nexec {env / 'bin' / 'python'} -m alembic \"$@\"\n")
+    (env / "bin" / "alembic").chmod(0o755)
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / SET01, course / "solutions" / SET01)
+    python = [str(env / "bin" / "python"), str(ROOT / "scripts" / "grade.py"), "--course", str(course)]
+    subprocess.run([*python, "--exercises-only"], check=True, capture_output=True)
+    folder = course / "submitted" / "conda" / SET01
+    folder.mkdir(parents=True)
+    nbformat.write(submission(course, SET01, {}), folder / f"{SET01}.ipynb")
+    subprocess.run(python, check=True, capture_output=True)
+    row = csv_rows(course)[("conda", SET01)]
+    assert row["status"] == "graded" and float(row["score"]) == sum(points(course, SET01).values()), row
