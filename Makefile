@@ -1,7 +1,10 @@
 # Transformer Roots. `make lab` opens the course; `make test` runs every test.
 # Both create .venv and install everything on first use (shared setup: the `setup` target).
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The Pythons tried for .venv, in order: the first that this course supports (pyproject.toml's
+# requires-python) and that can create a venv is used; 3.11 is the one the tests run on. When
+# none can, scripts/find_python.sh says in one line what to install. To choose: PYTHON=python3.13
+PYTHON ?= python3.11 python3.12 python3.13 python3.14 python3 python
 VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.installed
@@ -11,8 +14,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test grade bench notebooks exercises system release clean
 
+# A venv that failed half-way is removed: left with no pip, the next run would only say "No module
+# named pip".
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { python=$$(sh scripts/find_python.sh $(PYTHON)) \
+		&& { "$$python" -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; }; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@# A lesson the learner saves keeps its widgets' state, so on reopening each widget still
