@@ -1,10 +1,11 @@
-"""Installing on a learner's machine: which Python `make` picks, and what it says when none fits.
+"""Installing on a learner's machine: which Python `make` picks, what it says when none fits, and
+where torch comes from.
 
 Each case runs the real Makefile and scripts/find_python.sh in a copy of the course, with a PATH
 that holds the system tools they need and only the Pythons the case puts there. Those Pythons are
 this test's own interpreter behind a small wrapper that changes one thing: that it reports 3.9,
 or that it has no ensurepip (Debian's Python without its python3.X-venv package). Nothing here
-installs a package.
+installs a package; `make -n` shows the install commands without running them.
 """
 
 from __future__ import annotations
@@ -165,3 +166,38 @@ def test_the_first_supported_python_that_can_make_a_venv_is_used(course, bin_dir
     fake_python(bin_dir, f"python3.{MINOR}", {})
     found = find_python(course, bin_dir, "python3.10", "python3.12", f"python3.{MINOR}")
     assert (found.returncode, found.stdout, found.stderr) == (0, f"{bin_dir}/python3.{MINOR}\n", "")
+
+
+def install_commands(course: Path, bin_dir: Path, *assignments: str) -> str:
+    """What `make setup` would run on a fresh machine (make -n prints it; -B: as if .venv were stale)."""
+    made = run(["make", "-n", "-B", "setup", *assignments], course, bin_dir)
+    assert made.returncode == 0, made.stderr
+    return made.stdout
+
+
+def torch_pin() -> str:
+    return re.search(r'"(torch==[^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+
+
+def test_linux_takes_torch_alone_from_the_cpu_index(course, bin_dir):
+    fake_system(bin_dir, "Linux")
+    commands = install_commands(course, bin_dir)
+    torch_line = next(line for line in commands.splitlines() if "--index-url" in line)
+    assert f"--no-deps --retries 2 --index-url https://download.pytorch.org/whl/cpu '{torch_pin()}'" in torch_line
+    # Only torch comes from there, and before the rest: pip then keeps it for the pinned torch.
+    assert commands.index("--index-url") < commands.index("install --quiet -e '.[dev]'")
+    assert commands.count("--index-url") == 1
+
+
+@pytest.mark.parametrize("system, assignments, index", [
+    ("Linux", ["TORCH_INDEX="], None),
+    ("Linux", ["TORCH_INDEX=https://download.pytorch.org/whl/cu128"], "https://download.pytorch.org/whl/cu128"),
+    ("macOS", [], None),
+])
+def test_torch_index_override_and_other_systems(course, bin_dir, system, assignments, index):
+    fake_system(bin_dir, system)
+    commands = install_commands(course, bin_dir, *assignments)
+    if index is None:
+        assert "--index-url" not in commands and "pip install --quiet -e '.[dev]'" in commands
+    else:
+        assert f"--index-url {index} '{torch_pin()}'" in commands
