@@ -1,7 +1,17 @@
 # Transformer Roots. `make lab` opens the course; `make test` runs every test.
 # Both create .venv and install everything on first use (shared setup: the `setup` target).
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The Pythons tried for .venv, in order: the first that this course supports (pyproject.toml's
+# requires-python) and that can create a venv is used; 3.11 is the one the tests run on. When
+# none can, scripts/find_python.sh says in one line what to install. To choose: PYTHON=python3.13
+PYTHON ?= python3.11 python3.12 python3.13 python3.14 python3 python
+# Linux gets torch's CPU build from PyTorch's index: PyPI's Linux torch is the CUDA build (several
+# GB). `make lab TORCH_INDEX=` takes PyPI's instead; TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# a CUDA build. macOS and Windows: PyPI's torch is already the CPU build.
+TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),https://download.pytorch.org/whl/cpu)
+TORCH = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
+NO_TORCH = could not install $(TORCH) from $(TORCH_INDEX): check the connection, or run make again\
+	with TORCH_INDEX= to take PyPI's build (CUDA, several GB)
 VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.installed
@@ -11,9 +21,15 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test grade bench notebooks exercises system release clean
 
+# A venv that failed half-way is removed: left with no pip, the next run would only say "No module
+# named pip". torch comes alone from TORCH_INDEX (--no-deps: everything else from PyPI), with 2
+# retries instead of pip's 5: an index that cannot be reached then costs about 1 s, not 8.
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { python=$$(sh scripts/find_python.sh $(PYTHON)) \
+		&& { "$$python" -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; }; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --no-deps --retries 2 \
+		--index-url $(TORCH_INDEX) '$(TORCH)' || { echo "$(NO_TORCH)" >&2; exit 1; })
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@# A lesson the learner saves keeps its widgets' state, so on reopening each widget still
 	@# shows its last view instead of "Error displaying widget: model not found".

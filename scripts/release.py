@@ -4,10 +4,11 @@ Usage: python scripts/release.py DEST      (what `make release DEST=...` runs)
 
 Copies the files git tracks into DEST (a new or empty folder), except the instructor's:
 solutions/ (answers and hidden tests), tests/ (they read solutions/; only nbval's
-sanitize.cfg stays), nbgrader_config.py and the grading scripts. Then it reads every copied file and refuses the release if any holds a
-solution or hidden-test line. DEST can then be pushed to a public class repository while the
-instructor's repository stays private; `make lab` and `make test` (the lessons under nbval)
-work in it.
+sanitize.cfg stays), nbgrader_config.py and the grading scripts. Its README.md is the students'
+(README.student.md with the lessons table of README.md), not the instructors'. Then it reads
+every copied file and refuses the release if any holds a solution or hidden-test line. DEST can
+then be pushed to a public class repository while the instructor's repository stays private;
+`make lab` and `make test` (the lessons under nbval) work in it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE = ("solutions/", "tests/", ".ci/", "nbgrader_config.py", "scripts/grade.py", "scripts/sandbox_kernel.py",
-           "scripts/release.py")
+           "scripts/release.py", "README.student.md")
+LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 
 
@@ -31,6 +33,18 @@ def public_files() -> list[str]:
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     # tests/sanitize.cfg stays: the student copy's `make test` runs nbval over the lessons with it.
     return [path for path in tracked.splitlines() if not path.startswith(PRIVATE) or path == "tests/sanitize.cfg"]
+
+
+def student_readme() -> str:
+    """README.student.md, with the lessons table of README.md where its marker line stands.
+
+    The table is taken rather than copied by hand, so the students' list of lessons and exercises
+    is always the instructors'; the rest of README.md (grading, releasing) stays out.
+    """
+    lessons = (ROOT / "README.md").read_text().split("\n## Lessons\n", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in lessons.splitlines() if line.startswith("|"))
+    lines = (ROOT / "README.student.md").read_text().splitlines(keepends=True)
+    return "".join(table + "\n" if line.startswith(LESSONS_MARK) else line for line in lines)
 
 
 def secret_lines() -> set[str]:
@@ -58,7 +72,10 @@ def main() -> None:
     for path in public_files():
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / path, target)
+        if path == "README.md":
+            target.write_text(student_readme())
+        else:
+            shutil.copy2(ROOT / path, target)
         text = target.read_text(errors="ignore")
         # course_lib holds the reference implementations by design; notebooks must not quote the answers.
         if path.endswith((".ipynb", ".py")) and ("### BEGIN SOLUTION" in text or "### BEGIN HIDDEN TESTS" in text

@@ -571,6 +571,14 @@ def test_release_is_the_course_without_answers(tmp_path):
     for path in dest.rglob("*.ipynb"):
         text = path.read_text()
         assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, path
+    # The students' README: how to start, every lesson with its exercises, how to hand in; nothing
+    # of how grading works, which would tell a student what to get around.
+    readme = (dest / "README.md").read_text()
+    assert "README.student.md" not in files and "## Handing in" in readme and "make lab" in readme
+    assert all(f"]({lesson})" in readme for lesson in lessons) and "<!-- lessons:" not in readme
+    instructor_only = ("sandbox", "hidden test", "nbgrader_config", "bubblewrap", "grade.py", "solutions/",
+                       "make grade", "scan", "guard", "marker", "review by hand", "autograde", "gradebook")
+    assert [word for word in instructor_only if word in readme.lower()] == []
     refused = subprocess.run([sys.executable, str(ROOT / "scripts" / "release.py"), str(dest)], capture_output=True,
                              text=True)
     assert refused.returncode != 0 and "is not empty" in refused.stderr

@@ -1,0 +1,203 @@
+"""Installing on a learner's machine: which Python `make` picks, what it says when none fits, and
+where torch comes from.
+
+Each case runs the real Makefile and scripts/find_python.sh in a copy of the course, with a PATH
+that holds the system tools they need and only the Pythons the case puts there. Those Pythons are
+this test's own interpreter behind a small wrapper that changes one thing: that it reports 3.9,
+or that it has no ensurepip (Debian's Python without its python3.X-venv package). Nothing here
+installs a package; `make -n` shows the install commands without running them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("sh", "make", "sed", "uname", "dirname", "id", "rm", "mkdir", "touch", "cat")
+MINOR = sys.version_info.minor  # the wrapped interpreter's own version, 3.MINOR
+
+
+def supported_minors() -> tuple[int, int]:
+    """The lowest and highest 3.x that pyproject.toml's requires-python admits."""
+    line = re.search(r'^requires-python = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    minors = [m for m in range(30) if f"3.{m}.0" in SpecifierSet(line)]
+    return minors[0], minors[-1]
+
+
+LOW, HIGH = supported_minors()
+NEEDS = f"this course needs Python 3.{LOW} to 3.{HIGH}"
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    """What `make setup` reads: the Makefile, pyproject.toml and the script that finds Python."""
+    course = tmp_path / "course"
+    (course / "scripts").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", "scripts/find_python.sh"):
+        shutil.copy(ROOT / name, course / name)
+    return course
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    """This case's fakes, first on PATH; the system tools (no Python among them) come after."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in TOOLS:
+        os.symlink(shutil.which(tool), tools / tool)
+    (tmp_path / "bin").mkdir()
+    return tmp_path / "bin"
+
+
+def write_executable(path: Path, text: str) -> None:
+    # "x": a new file only, so a fake can never be written through a link onto a real tool.
+    with path.open("x") as file:
+        file.write(text)
+    path.chmod(0o755)
+
+
+def fake_python(bin_dir: Path, name: str, site: dict[str, str]) -> None:
+    """This interpreter under `name`, with modules in `site` shadowing the standard library."""
+    folder = bin_dir.parent / f"site-{name}"
+    for module, source in site.items():
+        (folder / module).parent.mkdir(parents=True, exist_ok=True)
+        (folder / module).write_text(source)
+    write_executable(bin_dir / name, f'#!/bin/sh\nexport PYTHONPATH="{folder}"\nexec "{sys.executable}" "$@"\n')
+
+
+# Python 3.9 as far as anything that asks can tell.
+OLD = {"sitecustomize.py": "import sys, collections\n"
+       "sys.version_info = collections.namedtuple('v', 'major minor micro releaselevel serial')(3, 9, 18, 'final', 0)\n"}
+# Debian's Python without python3.X-venv: no ensurepip module at all.
+NO_ENSUREPIP = {"ensurepip.py": "raise ModuleNotFoundError(\"No module named 'ensurepip'\", name='ensurepip')\n"}
+# A venv module that makes the environment, then fails before pip is in it (as Debian's does
+# when ensurepip is missing): .venv/bin/python exists, pip does not.
+HALF_VENV = {"venv/__init__.py": "",
+             "venv/__main__.py": "import os, sys\n"
+             "os.makedirs(sys.argv[-1] + '/bin')\n"
+             "os.symlink(sys.executable, sys.argv[-1] + '/bin/python')\n"
+             "sys.exit('The virtual environment was not created successfully')\n"}
+
+
+def run(argv: list[str], cwd: Path, bin_dir: Path) -> subprocess.CompletedProcess:
+    # pip offline and without this machine's settings: should a case reach an install, it fails at once.
+    env = {"PATH": f"{bin_dir}:{bin_dir.parent / 'tools'}", "HOME": str(cwd), "LANG": "C", "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def find_python(course: Path, bin_dir: Path, *candidates: str) -> subprocess.CompletedProcess:
+    return run(["sh", "scripts/find_python.sh", *candidates], course, bin_dir)
+
+
+def make_setup(course: Path, bin_dir: Path) -> subprocess.CompletedProcess:
+    return run(["make", "setup"], course, bin_dir)
+
+
+def fake_system(bin_dir: Path, system: str) -> None:
+    """`uname -s` says `system`; on "Debian", also an apt-get (never run, only looked up)."""
+    write_executable(bin_dir / "uname", f"#!/bin/sh\necho {'Darwin' if system == 'macOS' else 'Linux'}\n")
+    if system == "Debian":
+        write_executable(bin_dir / "apt-get", "#!/bin/sh\nexit 1\n")
+
+
+@pytest.mark.parametrize("system, get", [
+    ("Debian", f"sudo apt install python3.{LOW} python3.{LOW}-venv"),
+    ("macOS", f"brew install python@3.{LOW}"),
+    ("Linux", "see https://www.python.org/downloads/"),
+])
+def test_no_python_at_all_says_which_to_install(course, bin_dir, system, get):
+    fake_system(bin_dir, system)
+    # A pyenv shim for a version not selected exists on PATH but does not run: not a Python.
+    write_executable(bin_dir / "python3.12", "#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    found = find_python(course, bin_dir, "python3.12", "python3")
+    assert (found.returncode, found.stdout) == (1, "")
+    assert found.stderr == f"no Python found (tried python3.12 python3); {NEEDS}: {get}, then run make again\n"
+
+    made = make_setup(course, bin_dir)
+    assert made.returncode != 0 and not (course / ".venv").exists()
+    assert made.stderr.count(NEEDS) == 1 and "tried python3.11 python3.12 python3.13 python3.14 python3" in made.stderr
+
+
+def test_a_python_too_old_is_named_with_its_version(course, bin_dir):
+    fake_system(bin_dir, "macOS")
+    fake_python(bin_dir, "python3", OLD)
+    found = find_python(course, bin_dir, "python3.11", "python3")
+    assert (found.returncode, found.stdout) == (1, "")
+    assert found.stderr == (f"python3 is Python 3.9; {NEEDS}: brew install python@3.{LOW}, then run make again\n")
+
+    made = make_setup(course, bin_dir)
+    assert made.returncode != 0 and not (course / ".venv").exists()
+    assert made.stderr.count("python3 is Python 3.9; ") == 1
+
+
+def test_a_python_without_ensurepip_names_the_venv_package(course, bin_dir):
+    fake_system(bin_dir, "Debian")
+    fake_python(bin_dir, "python3", NO_ENSUREPIP)
+    found = find_python(course, bin_dir, "python3")
+    assert (found.returncode, found.stdout) == (1, "")
+    assert found.stderr == ("python3 cannot create a virtual environment (its ensurepip module is missing): "
+                            f"sudo apt install python3.{MINOR}-venv, then run make again\n")
+
+    made = make_setup(course, bin_dir)
+    assert made.returncode != 0 and not (course / ".venv").exists()
+    assert made.stderr.count(f"sudo apt install python3.{MINOR}-venv") == 1
+
+
+def test_a_venv_that_fails_half_way_is_removed(course, bin_dir):
+    # Left in place, its python without pip would make the next run fail with "No module named pip".
+    fake_python(bin_dir, "python3", HALF_VENV)
+    made = make_setup(course, bin_dir)
+    assert made.returncode != 0 and "was not created successfully" in made.stderr
+    assert not (course / ".venv").exists()
+
+
+def test_the_first_supported_python_that_can_make_a_venv_is_used(course, bin_dir):
+    fake_system(bin_dir, "Debian")
+    fake_python(bin_dir, "python3.10", OLD)
+    fake_python(bin_dir, "python3.12", NO_ENSUREPIP)
+    fake_python(bin_dir, f"python3.{MINOR}", {})
+    found = find_python(course, bin_dir, "python3.10", "python3.12", f"python3.{MINOR}")
+    assert (found.returncode, found.stdout, found.stderr) == (0, f"{bin_dir}/python3.{MINOR}\n", "")
+
+
+def install_commands(course: Path, bin_dir: Path, *assignments: str) -> str:
+    """What `make setup` would run on a fresh machine (make -n prints it; -B: as if .venv were stale)."""
+    made = run(["make", "-n", "-B", "setup", *assignments], course, bin_dir)
+    assert made.returncode == 0, made.stderr
+    return made.stdout
+
+
+def torch_pin() -> str:
+    return re.search(r'"(torch==[^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+
+
+def test_linux_takes_torch_alone_from_the_cpu_index(course, bin_dir):
+    fake_system(bin_dir, "Linux")
+    commands = install_commands(course, bin_dir)
+    torch_line = next(line for line in commands.splitlines() if "--index-url" in line)
+    assert f"--no-deps --retries 2 --index-url https://download.pytorch.org/whl/cpu '{torch_pin()}'" in torch_line
+    # Only torch comes from there, and before the rest: pip then keeps it for the pinned torch.
+    assert commands.index("--index-url") < commands.index("install --quiet -e '.[dev]'")
+    assert commands.count("--index-url") == 1
+
+
+@pytest.mark.parametrize("system, assignments, index", [
+    ("Linux", ["TORCH_INDEX="], None),
+    ("Linux", ["TORCH_INDEX=https://download.pytorch.org/whl/cu128"], "https://download.pytorch.org/whl/cu128"),
+    ("macOS", [], None),
+])
+def test_torch_index_override_and_other_systems(course, bin_dir, system, assignments, index):
+    fake_system(bin_dir, system)
+    commands = install_commands(course, bin_dir, *assignments)
+    if index is None:
+        assert "--index-url" not in commands and "pip install --quiet -e '.[dev]'" in commands
+    else:
+        assert f"--index-url {index} '{torch_pin()}'" in commands
