@@ -23,8 +23,8 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-PRIVATE = ("solutions/", "tests/", ".ci/", "nbgrader_config.py", "scripts/grade.py", "scripts/sandbox_kernel.py",
-           "scripts/release.py", "README.student.md")
+PRIVATE = ("solutions/", "tests/", ".ci/", "grading/", "nbgrader_config.py", "scripts/grade.py",
+           "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md")
 LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 

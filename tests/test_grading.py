@@ -565,7 +565,7 @@ def test_release_is_the_course_without_answers(tmp_path):
     files = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     lessons = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert {f"exercises/{s}/{s}.ipynb" for s in SETS} | lessons | {"course_lib/checks/__init__.py"} <= files
-    assert not any(f.startswith(("solutions/", ".ci/")) or f in ("nbgrader_config.py", "scripts/grade.py")
+    assert not any(f.startswith(("solutions/", ".ci/", "grading/")) or f in ("nbgrader_config.py", "scripts/grade.py")
                    for f in files)
     assert {f for f in files if f.startswith("tests/")} == {"tests/sanitize.cfg"}
     for path in dest.rglob("*.ipynb"):
