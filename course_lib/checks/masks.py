@@ -8,9 +8,10 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
-from ..masks import causal_mask, combine_masks, padding_mask
+from ..attention_scores import Attention, attention_scores, scaled_dot_product_attention, softmax
+from ..masks import AdditiveScorer, additive_attention, causal_mask, combine_masks, cross_attention, padding_mask
 from . import compare, earlier_answers, exercise_check, passed
+from .hand_in import ATTENTION_OPS, Case, Exercise
 
 
 def reference_padding(lengths: Sequence[int], S: int) -> Tensor:
@@ -175,3 +176,96 @@ def check_cross_attend(cross_attend: Callable) -> None:
         passed("cross_attend")
 
 
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+def _is_bool_tensor(result: object) -> bool:
+    """The judge compares a mask's values as booleans, so a float 0/1 mask would pass: its dtype is a case."""
+    return isinstance(result, Tensor) and result.dtype == torch.bool
+
+
+def _nonzero_where_masked(weights: object, keep: Tensor) -> object:
+    """True where a masked-out weight is not exactly 0; all False is right. A tolerance would let 1e-13 through."""
+    return (weights != 0) & ~keep if isinstance(weights, Tensor) else weights
+
+
+def _causal_cases(gen: torch.Generator) -> list[Case]:
+    sizes = [1, 2, 5, 9, int(torch.randint(3, 17, (), generator=gen))]
+    cases = [Case(f"T={T}", lambda T=T: causal_mask(T), (T,)) for T in sizes]
+    cases.append(Case("causal(4) is a bool tensor (True = may attend)", lambda: True, (4,),
+                      run=lambda fn: _is_bool_tensor(fn(4))))
+    return cases
+
+
+def _padding_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for B, S in [(1, 1), (3, 5), (6, 9)]:
+        lengths = torch.randint(0, S + 1, (B,), generator=gen).tolist()
+        if B > 2:
+            lengths[:2] = [0, S]  # an empty sequence and one without padding
+        cases.append(Case(f"lengths {lengths}, S={S}", lambda lengths=lengths, S=S: padding_mask(lengths, S),
+                          (list(lengths), S)))
+    cases.append(Case("padding([2, 0], 3) is a bool tensor (True = real token)", lambda: True, ([2, 0], 3),
+                      run=lambda fn: _is_bool_tensor(fn([2, 0], 3))))
+    return cases
+
+
+def _masked_softmax_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape in [(4, 4), (2, 3, 5), (2, 2, 6, 7)]:
+        scores = torch.randn(*shape, generator=gen) * 5
+        mask = torch.rand(*shape, generator=gen) > 0.5
+        mask[..., 0, :] = False  # one fully masked row per matrix: zeros, not NaN
+        cases.append(Case(f"scores of shape {shape}, a random mask, row 0 fully masked",
+                          lambda s=scores, m=mask: reference_masked_softmax(s, m), (scores, mask)))
+        cases.append(Case(f"scores of shape {shape}: masked weights are exactly 0",
+                          lambda shape=shape: torch.zeros(shape, dtype=torch.bool), (scores, mask),
+                          run=lambda fn, s=scores, m=mask: _nonzero_where_masked(fn(s, m), m)))
+    causal, scores = causal_mask(5), torch.randn(3, 5, 5, generator=gen)
+    cases.append(Case("scores of shape (3, 5, 5), a (5, 5) causal mask (it broadcasts over the batch)",
+                      lambda: reference_masked_softmax(scores, causal), (scores, causal)))
+    return cases
+
+
+def _additive_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for batch, T, S, d_q, d_k, h in [((), 3, 5, 4, 2, 6), ((2,), 4, 4, 3, 3, 8), ((2, 3), 1, 6, 5, 7, 2)]:
+        q, k = torch.randn(*batch, T, d_q, generator=gen), torch.randn(*batch, S, d_k, generator=gen)
+        w_q, w_k = torch.randn(d_q, h, generator=gen), torch.randn(d_k, h, generator=gen)
+        args = (q, k, w_q, w_k, torch.randn(h, generator=gen))
+        cases.append(Case(f"T={T}, S={S}, d_q={d_q}, d_k={d_k}, h={h}, batch {batch}",
+                          lambda args=args: reference_additive_scores(*args), args))
+    return cases
+
+
+def _cross_attend_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for B, m, n, D, d_k, d_v in [(1, 3, 3, 4, 4, 2), (3, 5, 2, 6, 3, 4), (2, 1, 7, 8, 5, 5)]:
+        target, source = torch.randn(B, m, D, generator=gen), torch.randn(B, n, D, generator=gen)
+        w_q, w_k, w_v = (torch.randn(D, d, generator=gen) for d in (d_k, d_k, d_v))
+        lengths = torch.randint(1, n, (B,), generator=gen).tolist()  # padded sources...
+        lengths[0] = n  # ...but the first: a causal mask shows there
+        args = (target, source, w_q, w_k, w_v, lengths)
+        label = f"B={B}, m={m}, n={n}, D={D}, d_k={d_k}, d_v={d_v}, source lengths {lengths}"
+        cases.append(Case(label, lambda args=args: reference_cross_attend(*args), args))
+        keep = padding_mask(lengths, n)  # (B, 1, n)
+        cases.append(Case(f"{label}: padded source keys get weight exactly 0",
+                          lambda B=B, m=m, n=n: torch.zeros(B, m, n, dtype=torch.bool), args,
+                          run=lambda fn, args=args, keep=keep: _nonzero_where_masked(fn(*args)[1], keep)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("causal", _causal_cases, forbidden_names=("causal_mask",), forbidden_objects=(causal_mask,)),
+    Exercise("padding", _padding_cases, forbidden_names=("padding_mask",),
+             forbidden_objects=(padding_mask, reference_padding)),
+    Exercise("masked_softmax", _masked_softmax_cases, atol=1e-6, rtol=1e-5, forbidden_ops=ATTENTION_OPS,
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention"),
+             forbidden_objects=(softmax, scaled_dot_product_attention, additive_attention, reference_masked_softmax)),
+    Exercise("additive_scores", _additive_cases, rtol=1e-5, forbidden_names=("AdditiveScorer",),
+             forbidden_objects=(AdditiveScorer, additive_attention, reference_additive_scores)),
+    Exercise("cross_attend", _cross_attend_cases, rtol=1e-5, forbidden_ops=ATTENTION_OPS,
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention"),
+             forbidden_objects=(scaled_dot_product_attention, cross_attention, Attention, reference_cross_attend),
+             uses={"padding": reference_padding, "masked_softmax": reference_masked_softmax}),
+]}

@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
-from ..permutation import bias_after_norm, inverse_permutation, self_attention
+from ..masks import causal_mask
+from ..permutation import EncoderBlockParams, bias_after_norm, encoder_block
+from ..permutation import equivariance_gap as reference_gap
+from ..permutation import inverse_permutation, match_rows, permute_tokens, self_attention
 from . import call, compare, earlier_answers, exercise_check, passed
+from .hand_in import ATTENTION_OPS, Case, Exercise
 
 
 def reference_permute_rows(x: Tensor, perm: Tensor) -> Tensor:
@@ -165,3 +170,116 @@ def check_bias_left_by_norm(bias_left_by_norm: Callable) -> None:
             layer / layer.std(unbiased=False),
     })
     passed("bias_left_by_norm")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+def _randperm(n: int, gen: torch.Generator) -> Tensor:
+    """A random permutation of 0..n-1 that is not its own inverse (n >= 3), so using the inverse shows."""
+    while True:
+        perm = torch.randperm(n, generator=gen)
+        if n < 3 or not torch.equal(perm[perm], torch.arange(n)):
+            return perm
+
+
+def _permute_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape in [(5, 3), (2, 6, 4), (2, 3, 7, 2), (1, 1)]:
+        x, perm = torch.randn(*shape, generator=gen), _randperm(shape[-2], gen)
+        cases.append(Case(f"x of shape {shape}, perm {perm.tolist()}", lambda x=x, perm=perm: x[..., perm, :],
+                          (x, perm)))
+    return cases
+
+
+def _sequence_functions(gen: torch.Generator) -> dict[str, Callable[[Tensor], Tensor]]:
+    """Two equivariant functions of the rows and two that are not, each built from `gen`."""
+    block = EncoderBlockParams.random(6, 12, gen, torch.float64)
+    return {
+        "an encoder block": lambda x: encoder_block(x, block),
+        "a causally masked block": lambda x: encoder_block(x, block, causal_mask(x.shape[-2])),
+        "a running sum": running_sum,
+        "a position-weighted sum": lambda x: x * torch.arange(1, x.shape[-2] + 1, dtype=x.dtype)[:, None],
+    }
+
+
+def _gap_case(name: str, f: Callable[[Tensor], Tensor], x: Tensor, perm: Tensor) -> Case:
+    return Case(f"{name}, x of shape {tuple(x.shape)}, perm {perm.tolist()}",
+                lambda: reference_gap(f, x, perm), (f, x, perm))
+
+
+def _gap_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for name, f in _sequence_functions(gen).items():
+        for shape in [(5, 6), (2, 7, 6)]:
+            x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+            cases.append(_gap_case(name, f, x, _randperm(shape[-2], gen)))
+    # A linear f's difference f(Px) - P f(x) changes sign with x: the largest one is negative for x or for -x.
+    x = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    perm = _randperm(5, gen)
+    return cases + [_gap_case("a running sum", running_sum, x, perm),
+                    _gap_case("a running sum, -x", running_sum, -x, perm)]
+
+
+def _biased_attention_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for batch, T, D, d_k, d_v in [((), 4, 6, 3, 5), ((2,), 7, 4, 4, 2), ((2, 3), 1, 5, 8, 3)]:
+        x = torch.randn(*batch, T, D, generator=gen)
+        ws = [torch.randn(D, n, generator=gen) for n in (d_k, d_k, d_v)]
+        bs = [torch.randn(n, generator=gen) * 2 for n in (d_k, d_k, d_v)]
+        cases.append(Case(f"x of shape {tuple(x.shape)}, d_k={d_k}, d_v={d_v}",
+                          lambda x=x, ws=ws, bs=bs: _torch_biased_attention(x, ws, bs), (x, *ws, *bs)))
+    return cases
+
+
+def _torch_biased_attention(x: Tensor, ws: list[Tensor], bs: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """torch's attention on the biased projections, and the course's weights (torch does not return them)."""
+    q, k, v = (x @ w + b for w, b in zip(ws, bs))
+    return F.scaled_dot_product_attention(q, k, v), self_attention(x, *ws, *bs)[1]
+
+
+def _multiset_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for t, d in [(3, 2), (6, 4), (8, 1)]:
+        a = torch.randn(t, d, generator=gen)
+        shuffled = a[torch.randperm(t, generator=gen)]
+        moved, twice = shuffled.clone(), a.clone()
+        moved[0] += 0.1
+        twice[1] = a[0]
+        for label, x, y, same in [
+            ("b: the rows of a in another order", a, shuffled, True),
+            # 4e-7 changes every float32 entry below 8 in size (1e-8 would leave most unchanged)
+            ("b: the rows of a in another order, + 4e-7 (within atol=1e-6)", a, shuffled + 4e-7, True),
+            ("b: the rows of a in another order, one moved by 0.1", a, moved, False),
+            ("b: a with row 1 replaced by row 0 (a row used twice)", a, twice, False),
+            ("a with row 1 replaced by row 0, b: a (a row used twice)", twice, a, False),
+            ("b: every row the mean of a's rows", a, a.mean(0, keepdim=True).expand(t, d), False),
+        ]:
+            cases.append(Case(f"a of shape ({t}, {d}), {label}", lambda same=same: same, (x, y)))
+    a = torch.randn(2, 3, generator=gen)
+    cases.append(Case("a of shape (2, 3), b: a with each row's entries reversed", lambda: False, (a, a.flip(-1))))
+    cases.append(Case("a of shape (2, 3), b: its first row only (another shape)", lambda: False, (a, a[:1])))
+    return cases
+
+
+def _bias_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for d in [1, 4, 9]:
+        b = torch.randn(d, generator=gen, dtype=torch.float64) * 3
+        for norm in ("batch", "layer"):
+            cases.append(Case(f'b of size {d}, norm="{norm}"', lambda b=b, norm=norm: bias_after_norm(b, norm),
+                              (b, norm)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    # Rows are copied, never computed: exactly equal.
+    Exercise("permute_rows", _permute_cases, atol=0.0, rtol=0.0, forbidden_objects=(permute_tokens,)),
+    Exercise("equivariance_gap", _gap_cases, atol=1e-9, rtol=0.0, forbidden_objects=(reference_gap,),
+             uses={"permute_rows": reference_permute_rows}),
+    Exercise("biased_attention", _biased_attention_cases, rtol=1e-5, forbidden_ops=ATTENTION_OPS,
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
+                              "self_attention"),
+             forbidden_objects=(self_attention, scaled_dot_product_attention)),
+    Exercise("same_multiset", _multiset_cases, forbidden_names=("match_rows",), forbidden_objects=(match_rows,)),
+    Exercise("bias_left_by_norm", _bias_cases, atol=1e-12, rtol=0.0, forbidden_names=("bias_after_norm",),
+             forbidden_objects=(bias_after_norm,)),
+]}

@@ -8,8 +8,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..positional_encoding import apply_rope, frequencies, shift_matrix, sinusoidal_encoding
+from ..positional_encoding import (LearnedPositionalEmbedding, RotaryPositions, SinusoidalPositionalEncoding,
+                                   apply_rope, block_rotation, frequencies, rotate_pairs, shift_matrix,
+                                   sinusoidal_encoding)
 from . import call, compare, exercise_check, passed
+from .hand_in import Case, Exercise, Raises
 
 # Tiny inputs the learner can follow by hand.
 X_ROPE = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 2.0]])  # (T=3, d=4)
@@ -146,3 +149,89 @@ def check_add_learned_positions(add_learned_positions: Callable) -> None:
         raise AssertionError("a sequence longer than the table was accepted. Likely bug: positions wrapped "
                              "around (t % max_len) or rows reused; there is no row for position 3 or 4") from None
     passed("add_learned_positions")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+def _sinusoidal_cases(gen: torch.Generator) -> list[Case]:
+    # The inputs are sizes: the old ones, and one drawn from the seed.
+    drawn = (int(torch.randint(1, 61, (), generator=gen)), 2 * int(torch.randint(1, 65, (), generator=gen)))
+    return [Case(f"n_positions={T}, d_model={d}", lambda T=T, d=d: sinusoidal_encoding(T, d, dtype=torch.float64),
+                 (T, d)) for T, d in [(1, 2), (10, 8), (50, 64), (7, 130), drawn]]
+
+
+def _offset_cases(gen: torch.Generator) -> list[Case]:
+    # M_k entry by entry: PE(pos + k) = M_k PE(pos) on a table of positions (the old check) follows.
+    # |k| <= 100 as before: past it, angles k c_j computed in float32 alone are off by more than atol.
+    drawn = (int(torch.randint(-100, 101, (), generator=gen)), 2 * int(torch.randint(1, 33, (), generator=gen)))
+    return [Case(f"k={k}, d_model={d}", lambda k=k, d=d: shift_matrix(k, d), (k, d))
+            for k, d in [(1, 2), (-5, 6), (17, 16), (100, 64), (0, 10), drawn]]
+
+
+def _rotated(x: Tensor, positions: Tensor) -> Tensor:
+    """x (..., T, d) with pair j of each row turned by position * c_j (positions may be negative), float64."""
+    angles = positions.to(torch.float64)[..., None] * frequencies(x.shape[-1])  # (..., T, d/2)
+    return rotate_pairs(x.double(), angles)
+
+
+def _is_tensor_of(result: object, dtype: torch.dtype) -> bool:
+    """The judge compares float values whatever their dtype, so keeping x's dtype is a case of its own."""
+    return isinstance(result, Tensor) and result.dtype == dtype
+
+
+def _rope_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape, dtype in [((6, 2), torch.float32), ((3, 9, 8), torch.float64), ((2, 2, 20, 16), torch.float32)]:
+        x = torch.randn(*shape, generator=gen, dtype=dtype)
+        label = f"x of shape {shape}, {str(dtype).removeprefix('torch.')}"
+        cases.append(Case(label, lambda x=x: _rotated(x, torch.arange(x.shape[-2])), (x,)))
+        cases.append(Case(f"{label}: the result keeps that dtype", lambda: True, (x,),
+                          run=lambda fn, x=x: _is_tensor_of(fn(x), x.dtype)))
+    # The point of RoPE: q at position m and k at position n score q . R((n - m) c) k, a function of n - m only.
+    q, k = torch.randn(16, generator=gen, dtype=torch.float64), torch.randn(16, generator=gen, dtype=torch.float64)
+    offsets = torch.arange(12)[None, :] - torch.arange(12)[:, None]  # n - m
+    cases.append(Case("scores of one q and one k at positions 0..11 (x: q or k repeated, expanded to (12, 16))",
+                      lambda: _rotated(k.expand(12, 12, 16), offsets) @ q, (q, k),
+                      run=lambda fn: fn(q.expand(12, 16)) @ fn(k.expand(12, 16)).T))
+    return cases
+
+
+def _only_a_value_error(fn: Callable, *args) -> object:
+    """fn(*args), with an error other than ValueError handed in without its message.
+
+    The judge checks an expected error by the numbers its message names, not by its type, and torch's
+    own error for x + table[:11] ("the size of tensor a (11) must match ... (7)") names both.
+    """
+    try:
+        return fn(*args)
+    except ValueError:
+        raise
+    except Exception as error:
+        raise TypeError(f"{type(error).__name__} instead of ValueError") from None
+
+
+def _learned_cases(gen: torch.Generator) -> list[Case]:
+    table, cases = torch.randn(7, 4, generator=gen), []
+    for shape in [(1, 4), (7, 4), (3, 5, 4), (2, 2, 6, 4)]:
+        x = torch.randn(*shape, generator=gen)
+        cases.append(Case(f"x of shape {shape}, a table of shape (7, 4)",
+                          lambda x=x: x + torch.nn.functional.embedding(torch.arange(x.shape[-2]), table), (x, table)))
+    long = torch.randn(2, 11, 4, generator=gen)
+    cases.append(Case("x of shape (2, 11, 4), a table of 7 rows: a ValueError naming 11 and 7",
+                      lambda: Raises(ValueError, ("11", "7")), (long, table),
+                      run=lambda fn: _only_a_value_error(fn, long, table)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("sinusoidal_table", _sinusoidal_cases, rtol=0.0,
+             forbidden_names=("sinusoidal_encoding", "SinusoidalPositionalEncoding"),
+             forbidden_objects=(sinusoidal_encoding, SinusoidalPositionalEncoding)),
+    Exercise("offset_rotation", _offset_cases, atol=1e-6, rtol=0.0, forbidden_names=("shift_matrix", "block_rotation"),
+             forbidden_objects=(shift_matrix, block_rotation)),
+    Exercise("rope_rotate", _rope_cases, rtol=1e-5,
+             forbidden_names=("apply_rope", "RotaryPositionalEmbeddings", "rotate_pairs", "RotaryPositions"),
+             forbidden_objects=(apply_rope, rotate_pairs, RotaryPositions)),
+    Exercise("add_learned_positions", _learned_cases, atol=1e-8, rtol=1e-5,
+             forbidden_names=("LearnedPositionalEmbedding", "LearnedPositions"),
+             forbidden_objects=(LearnedPositionalEmbedding,)),
+]}
