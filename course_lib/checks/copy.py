@@ -8,9 +8,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..copy import gap_needed, ov_copy_scores, position_copy_head
+from ..copy import (gap_needed, hand_set_induction_model, induction_batch, ov_circuit, ov_copy_scores,
+                    position_copy_head)
 from ..masks import IGNORE
 from . import call, compare, exercise_check, passed
+from .hand_in import Case, Exercise
 
 
 def reference_query_weights(max_len: int, offset: int, gap: float) -> Tensor:
@@ -123,3 +125,76 @@ def check_induction_targets(induction_targets: Callable) -> None:
         "the token found, not the token after it: the answer is ids[j + 1]": itself.double(),
     })
     passed("induction_targets")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+# The course's eigenvalue score (ov_copy_scores) runs these; the lookup accuracy needs none of them.
+EIGENVALUE_OPS = frozenset({"aten::linalg_eigvals", "aten::_linalg_eigvals"})
+
+
+def _query_weight_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for max_len, offset in [(2, 1), (6, -1), (9, 4), (12, -7), (16, 1)]:
+        gap = float(torch.rand((), generator=gen, dtype=torch.float64)) * 10 + 0.5
+        cases.append(Case(f"max_len={max_len}, offset={offset}, gap={gap:.4f}",
+                          lambda p=max_len, o=offset, g=gap: reference_query_weights(p, o, g), (max_len, offset, gap)))
+    return cases
+
+
+def _min_gap_cases(gen: torch.Generator) -> list[Case]:
+    # the edges stay fixed (S = 2 has ln(S - 1) = 0; c = 0 and c near 1), a few more are drawn
+    grid = [(s, c) for s in (2, 3, 8, 50, 1000) for c in (0.0, 0.1, 0.7, 0.99)]
+    drawn = [(int(torch.randint(2, 500, (), generator=gen)), float(torch.rand((), generator=gen)) * 0.98)
+             for _ in range(4)]
+    return [Case(f"n_keys={s}, coherence={c:.4g}", lambda s=s, c=c: gap_needed(s, c), (s, c)) for s, c in grid + drawn]
+
+
+def _ov_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for v, d, d_v in [(5, 3, 2), (16, 8, 8), (40, 6, 3)]:
+        w = tuple(torch.randn(*shape, generator=gen, dtype=torch.float64)
+                  for shape in ((v, d), (d, d_v), (d_v, d), (d, v)))
+        cases.append(Case(f"random W_E {(v, d)}, W_V {(d, d_v)}, W_O {(d_v, d)}, W_U {(d, v)}",
+                          lambda w=w: ov_copy_scores(w[0] @ w[1] @ w[2] @ w[3])[0], w))
+    codes = torch.linalg.qr(torch.randn(12, 12, generator=gen, dtype=torch.float64)).Q  # orthonormal rows
+    eye = torch.eye(12, dtype=torch.float64)
+    cases.append(Case("orthonormal codes (12, 12) read out by their transpose, W_V = W_O = I: the identity "
+                      "copies every token", lambda: 1.0, (codes, eye, eye, codes.T)))
+    # Random matrices rarely copy, so rows and columns often score the same (0 or 1 / V) by chance. Here
+    # rows a and c both raise token b's logit most: the rows miss twice, the columns (b's) only once.
+    ov = torch.randn(12, 12, generator=gen, dtype=torch.float64) + 8 * eye
+    a, b, c = torch.randperm(12, generator=gen)[:3].tolist()
+    ov[a, b] = ov[c, b] = 16.0
+    cases.append(Case(f"W_E = W_V = W_O = I, W_U = 8 I + noise, except that tokens {a} and {c} both raise "
+                      f"token {b}'s logit most", lambda: ov_copy_scores(ov)[0], (eye, eye, eye, ov)))
+    return cases
+
+
+def _induction_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for b, t, v in [(1, 1, 2), (3, 6, 2), (20, 12, 4), (8, 30, 10)]:
+        ids = torch.randint(v, (b, t), generator=gen)
+        cases.append(Case(f"ids of shape ({b}, {t}) over {v} tokens", lambda ids=ids: reference_induction_targets(ids),
+                          (ids,)))
+    # the lesson's data: wherever its targets are known, the rule must agree with them
+    ids, targets = induction_batch(50, 16, 16)(gen)
+    known = targets != IGNORE
+    cases.append(Case("the lesson's repeated blocks induction_batch(50, 16, 16), where their targets are known",
+                      lambda: targets[known], (ids,), run=lambda fn: fn(ids)[known]))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    # rtol=0: the old tests wanted the gap itself in float64, within 1e-9
+    Exercise("position_query_weights", _query_weight_cases, atol=1e-9, rtol=0.0,
+             forbidden_names=("position_copy_head", "reference_query_weights"),
+             forbidden_objects=(position_copy_head, reference_query_weights)),
+    Exercise("min_gap", _min_gap_cases, atol=1e-9, rtol=0.0, forbidden_names=("gap_needed",),
+             forbidden_objects=(gap_needed,)),
+    # accuracies are multiples of 1 / V: any difference is a wrong argmax
+    Exercise("ov_lookup_accuracy", _ov_cases, atol=1e-12, rtol=0.0, forbidden_ops=EIGENVALUE_OPS,
+             forbidden_names=("ov_copy_scores", "ov_circuit"), forbidden_objects=(ov_copy_scores, ov_circuit)),
+    Exercise("induction_targets", _induction_cases, atol=0.0, rtol=0.0,
+             forbidden_names=("reference_induction_targets", "hand_set_induction_model"),
+             forbidden_objects=(reference_induction_targets, hand_set_induction_model)),
+]}

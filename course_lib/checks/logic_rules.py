@@ -9,8 +9,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..logic_rules import (KINSHIP_RULES, PEOPLE, RELATIONS, RULES, composition_lookup, composition_readout,
+                           fit_power_law, handset_model, rule_targets, sentence_batch)
 from ..masks import IGNORE
 from . import call, compare, exercise_check, passed
+from .hand_in import Case, Exercise
 
 # A vocabulary of 6 tokens: people A = 0, B = 1; relations p = 2, q = 3; answers s = 4, t = 5.
 # The table says p q -> s and q p -> t: the order of the two relations matters.
@@ -177,3 +180,78 @@ def check_power_law_fit(power_law_fit: Callable) -> None:
             "the slope through the two end points is not the least-squares line": _fit(x, y, "endpoints"),
         }, atol=1e-6)
     passed("power_law_fit")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+# The course's references here (rule_targets, composition_readout, fit_power_law) are plain
+# indexing, loops and least squares: they run no aten operator of their own that a correct answer
+# would not run too, so these exercises refuse them by name only.
+def _compose_cases(gen: torch.Generator) -> list[Case]:
+    lookup = composition_lookup(RULES)
+    cases = []
+    for k in range(3):
+        ids, _ = sentence_batch(RULES, PEOPLE, batch=40)(gen)
+        cases.append(Case(f"batch {k + 1} of 40 random sentences X r1 r2 Y of the lesson's rules",
+                          lambda ids=ids: rule_targets(ids, RULES), (ids, lookup)))
+    return cases
+
+
+def _unembedding_cases(gen: torch.Generator) -> list[Case]:
+    # The old tests also asked that each rule's row reads out its composed relation: with the
+    # entries right within 1e-9, it does exactly when the reference's does.
+    kinship = list(KINSHIP_RULES.items())
+    cases = []
+    for alpha in (0.5, 0.25, 0.8):
+        rules = dict(kinship[i] for i in torch.randperm(len(kinship), generator=gen)[:20].tolist())
+        cases.append(Case(f"20 kinship rules drawn at random, alpha={alpha}",
+                          lambda rules=rules, alpha=alpha: _unembedding(rules, RELATIONS, alpha),
+                          (rules, list(RELATIONS), alpha)))
+    return cases
+
+
+def _nested_table(gen: torch.Generator) -> Tensor:
+    """A table whose rows' sets of 1s are nested, in shuffled columns: it holds no XOR square."""
+    rows, cols = (int(n) for n in torch.randint(3, 6, (2,), generator=gen))
+    thresholds = torch.randint(cols + 1, (rows,), generator=gen)
+    table = (torch.arange(cols) >= thresholds[:, None]).long()  # row i: 1 from column threshold_i on
+    return table[:, torch.randperm(cols, generator=gen)]
+
+
+def _xor_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for rows, cols, answers in [(2, 2, 2), (3, 5, 2), (6, 4, 3), (5, 5, 4), (1, 4, 2)]:
+        table = torch.randint(answers, (rows, cols), generator=gen)
+        cases.append(Case(f"table {table.tolist()}", lambda table=table: _xor_squares(table), (table,)))
+    nested = _nested_table(gen)
+    cases.append(Case(f"nested rows {nested.tolist()}", lambda: 0, (nested,)))
+    return cases
+
+
+def _least_squares_power_law(x: Tensor, y: Tensor) -> tuple[float, float]:
+    """(a, p) by the normal equations in Python floats, independent of torch.linalg."""
+    a, p = _fit(x.tolist(), y.tolist()).tolist()
+    return a, p
+
+
+def _power_law_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for n in (3, 5, 9):
+        x = torch.rand(n, generator=gen, dtype=torch.float64) * 100 + 1
+        y = 2.5 * x**0.8 * torch.exp(0.3 * torch.randn(n, generator=gen, dtype=torch.float64))
+        cases.append(Case(f"{n} points (x, y) scattered around y = 2.5 x^0.8",
+                          lambda x=x, y=y: _least_squares_power_law(x, y), (x, y)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("compose_targets", _compose_cases, atol=0.0, rtol=0.0,
+             forbidden_names=("rule_targets", "composition_lookup", "sentence_batch"),
+             forbidden_objects=(rule_targets, composition_lookup, sentence_batch)),
+    Exercise("composition_unembedding", _unembedding_cases, atol=1e-9, rtol=1e-5,
+             forbidden_names=("composition_readout", "handset_model"),
+             forbidden_objects=(composition_readout, handset_model)),
+    Exercise("xor_squares", _xor_cases, atol=0.0, rtol=0.0),
+    # the old tests: a within 1e-6 of a, p within 1e-6
+    Exercise("power_law_fit", _power_law_cases, atol=1e-9, rtol=1e-6,
+             forbidden_names=("fit_power_law", "polyfit"), forbidden_objects=(fit_power_law,)),
+]}

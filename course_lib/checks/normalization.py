@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ..normalization import batch_norm, batch_statistics, layer_norm, rms_norm
+from ..normalization import (BatchNorm, LayerNorm, RMSNorm, batch_norm, batch_statistics, layer_norm, normalize,
+                             rms_norm)
 from . import compare, earlier_answers, exercise_check, passed
+from .hand_in import NORM_OPS, Case, Exercise
 
 
 def reference_batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -148,3 +151,110 @@ def check_rms_norm_rows(rms_norm_rows: Callable) -> None:
             "eps belongs inside the square root: sqrt(mean(x^2) + eps)": ROWS / (square.sqrt() + eps) * GAMMA4,
         })
     passed("rms_norm_rows")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+# Every answer here is computed from means and squares: none may run any of torch's normalization
+# kernels (NORM_OPS), not only the one its name suggests. A batch_norm over the transposed rows
+# is a ready-made LayerNorm, and a LayerNorm of [x, -x] a ready-made RMSNorm.
+def _randn(gen: torch.Generator, *shape: int) -> Tensor:
+    return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+
+def _features_second(x: Tensor) -> Tensor:
+    """(B, T, D) <-> (B, D, T), the layout of torch's BatchNorm1d; (N, D) stays."""
+    return x.transpose(1, 2) if x.dim() == 3 else x
+
+
+def _torch_batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
+    flat = _flat(x)
+    return flat.mean(0), flat.var(0, unbiased=False)
+
+
+def _torch_batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, running_var: Tensor,
+                      training: bool, eps: float) -> Tensor:
+    # F.batch_norm updates the running statistics it is given in training mode: give it copies
+    y = F.batch_norm(_features_second(x), running_mean.clone(), running_var.clone(), gamma, beta, training, eps=eps)
+    return _features_second(y)
+
+
+def _torch_running_update(running_mean: Tensor, running_var: Tensor, x: Tensor,
+                          momentum: float) -> tuple[Tensor, Tensor]:
+    """The running statistics of an nn.BatchNorm1d after one training step on x."""
+    layer = torch.nn.BatchNorm1d(x.shape[-1], momentum=momentum).double()
+    with torch.no_grad():
+        layer.running_mean.copy_(running_mean)
+        layer.running_var.copy_(running_var)
+        layer(_features_second(x))
+    return layer.running_mean, layer.running_var
+
+
+def _batch_stats_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape in [(5, 3), (2, 4, 6), (3, 2, 5, 4), (7, 1, 2)]:
+        x = _randn(gen, *shape) * 3 + 1
+        cases.append(Case(f"x of shape {shape}", lambda x=x: _torch_batch_stats(x), (x,)))
+    return cases
+
+
+def _batch_norm_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape, eps in [((6, 3), 1e-5), ((2, 5, 4), 0.3), ((3, 4, 2), 1.0)]:
+        d = shape[-1]
+        x, gamma, beta, running_mean = _randn(gen, *shape) * 2 + 1, _randn(gen, d), _randn(gen, d), _randn(gen, d)
+        running_var = torch.rand(d, generator=gen, dtype=torch.float64) + 0.5
+        for training in (True, False):
+            args = (x, gamma, beta, running_mean, running_var, training, eps)
+            cases.append(Case(f"x of shape {shape}, training={training}, eps={eps}",
+                              lambda args=args: _torch_batch_norm(*args), args))
+    return cases
+
+
+def _update_running_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape, momentum in [((5, 3), 0.1), ((2, 6, 4), 0.5), ((3, 2, 2), 0.9)]:
+        d = shape[-1]
+        running_mean, running_var = _randn(gen, d), torch.rand(d, generator=gen, dtype=torch.float64) + 0.5
+        args = (running_mean, running_var, _randn(gen, *shape) * 2 - 1, momentum)
+        cases.append(Case(f"x of shape {shape}, momentum={momentum}", lambda args=args: _torch_running_update(*args),
+                          args))
+    return cases
+
+
+def _layer_norm_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape, eps in [((7,), 1e-5), ((3, 5), 0.5), ((2, 4, 6), 1e-5), ((2, 2, 3, 8), 2.0)]:
+        d = shape[-1]
+        x, gamma, beta = _randn(gen, *shape) * 3 + 2, _randn(gen, d), _randn(gen, d)
+        cases.append(Case(f"x of shape {shape}, eps={eps}",
+                          lambda x=x, g=gamma, b=beta, eps=eps: F.layer_norm(x, x.shape[-1:], g, b, eps),
+                          (x, gamma, beta, eps)))
+    return cases
+
+
+def _rms_norm_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for shape, eps in [((9,), 1e-6), ((4, 6), 0.5), ((2, 3, 8), 1e-6), ((2, 2, 2, 5), 3.0)]:
+        x, gamma = _randn(gen, *shape) * 2 + 1, _randn(gen, shape[-1])
+        cases.append(Case(f"x of shape {shape}, eps={eps}",
+                          lambda x=x, g=gamma, eps=eps: F.rms_norm(x, x.shape[-1:], g, eps), (x, gamma, eps)))
+    return cases
+
+
+# float64 inputs, compared as closely as torch.allclose's defaults (the old hidden tests' tolerance)
+_TOLERANCE = dict(atol=1e-8, rtol=1e-5)
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("batch_stats", _batch_stats_cases, **_TOLERANCE, forbidden_ops=NORM_OPS,
+             forbidden_names=("batch_norm", "BatchNorm1d"), forbidden_objects=(batch_statistics, batch_norm)),
+    Exercise("batch_norm_forward", _batch_norm_cases, **_TOLERANCE, forbidden_ops=NORM_OPS,
+             forbidden_names=("batch_norm", "BatchNorm1d", "instance_norm"),
+             forbidden_objects=(batch_norm, BatchNorm, normalize), uses={"batch_stats": reference_batch_stats}),
+    Exercise("update_running", _update_running_cases, **_TOLERANCE, forbidden_ops=NORM_OPS,
+             forbidden_names=("batch_norm", "BatchNorm1d"), forbidden_objects=(batch_norm, BatchNorm),
+             uses={"batch_stats": reference_batch_stats}),
+    Exercise("layer_norm_rows", _layer_norm_cases, **_TOLERANCE, forbidden_ops=NORM_OPS,
+             forbidden_names=("layer_norm", "LayerNorm", "group_norm", "GroupNorm"),
+             forbidden_objects=(layer_norm, LayerNorm)),
+    Exercise("rms_norm_rows", _rms_norm_cases, **_TOLERANCE, forbidden_ops=NORM_OPS,
+             forbidden_names=("rms_norm", "RMSNorm"), forbidden_objects=(rms_norm, RMSNorm)),
+]}
