@@ -210,8 +210,10 @@ def _exact_match_cases(gen: torch.Generator) -> list[Case]:
         answer = torch.randint(0, 3, (50, 4), generator=gen)
         # 80% of the tokens right: some rows are all right, most are not
         predicted = torch.where(torch.rand(50, 4, generator=gen) < 0.8, answer, (answer + 1) % 3)
+        # float(...): a share given as a tensor, a numpy number or a float counts alike
         cases.append(Case("50 rows of 4 tokens, 80% of the tokens right",
-                          lambda p=predicted, a=answer: exact_match(p, a), (predicted, answer)))
+                          lambda p=predicted, a=answer: exact_match(p, a), (predicted, answer),
+                          run=lambda fn, p=predicted, a=answer: float(fn(p, a))))
     return cases
 
 
