@@ -8,8 +8,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..attention_graph import attention_rollout, hopfield_energy, hopfield_update
+from ..attention_graph import attention_rollout, hopfield_energy, hopfield_run, hopfield_update, with_residual
+from ..attention_scores import Attention, scaled_dot_product_attention
 from . import call, compare, exercise_check, passed
+from .hand_in import ATTENTION_OPS, Case, Exercise
 
 # Tiny inputs the learner can follow by hand (float64, 3 tokens / 2 patterns in width 2).
 PREVIOUS = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
@@ -115,3 +117,73 @@ def check_energy(energy: Callable) -> None:
                     torch.tensor(-math.inf),
             }, atol=1e-4)
     passed("energy")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+# torch's ready-made products of a list of matrices: the rollout asks for the loop written out.
+MULTI_DOT_OPS = frozenset({"aten::linalg_multi_dot", "aten::chain_matmul"})
+# (B, S, D, beta): one state (B = None), a batch, a sharp beta, a single pattern.
+STEP_INPUTS = [(None, 3, 2, 0.5), (4, 5, 8, 3.0), (7, 16, 4, 20.0), (1, 1, 3, 1.0)]
+ENERGY_INPUTS = [(None, 3, 2, 0.5), (4, 5, 8, 3.0), (6, 16, 4, 50.0), (2, 1, 3, 1.0)]
+
+
+def _rollout_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    # one layer, no residual, a residual of 1 (the identity), and in between
+    for t, n_layers, residual in [(2, 1, 0.5), (4, 2, 0.0), (5, 3, 0.3), (6, 4, 0.9), (3, 2, 1.0)]:
+        layers = [torch.randn(t, t, generator=gen, dtype=torch.float64).softmax(-1) for _ in range(n_layers)]
+        cases.append(Case(f"T={t}, {n_layers} layers, residual={residual}",
+                          lambda layers=layers, r=residual: attention_rollout(layers, r), (layers, residual)))
+    return cases
+
+
+def _states(gen: torch.Generator, b: int | None, s: int, d: int, spread: float) -> tuple[Tensor, Tensor]:
+    """A state (D,), or a batch of states (B, D) when b is not None, and random patterns (S, D) scaled by `spread`."""
+    xi = torch.randn(*(() if b is None else (b,)), d, generator=gen, dtype=torch.float64)
+    return xi, spread * torch.randn(s, d, generator=gen, dtype=torch.float64)
+
+
+def _step_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for b, s, d, beta in STEP_INPUTS:
+        xi, patterns = _states(gen, b, s, d, spread=1.0)
+        cases.append(Case(f"B={b}, S={s}, D={d}, beta={beta}",
+                          lambda xi=xi, x=patterns, beta=beta: hopfield_update(xi, x, beta)[0], (xi, patterns, beta)))
+    return cases
+
+
+def _along(energy: Callable, states: Tensor, patterns: Tensor, beta: float) -> Tensor:
+    """The learner's energy at every state of a run, one call per state: (steps + 1, ...)."""
+    return torch.stack([energy(state, patterns, beta) for state in states])
+
+
+def _energy_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for b, s, d, beta in ENERGY_INPUTS:
+        xi, patterns = _states(gen, b, s, d, spread=2.0)
+        label = f"B={b}, S={s}, D={d}, beta={beta}"
+        cases.append(Case(label, lambda xi=xi, x=patterns, beta=beta: hopfield_energy(xi, x, beta),
+                          (xi, patterns, beta)))
+        # The energy never rises along the updates: the learner's energy at every state of a run.
+        states, energies = hopfield_run(xi, patterns, beta, 5)
+        cases.append(Case(f"{label}: at each state of 5 updates (the energy never rises)",
+                          lambda energies=energies: energies,
+                          run=lambda fn, states=states, x=patterns, beta=beta: _along(fn, states, x, beta)))
+    # States at stored patterns of norm 3, beta = 100: exp(beta x.xi) = exp(900) overflows even float64.
+    patterns = 3 * torch.nn.functional.normalize(torch.randn(4, 5, generator=gen, dtype=torch.float64), dim=-1)
+    xi = patterns[torch.randperm(4, generator=gen)[:2]]
+    cases.append(Case("2 states at stored patterns of norm 3, beta=100 (exp would overflow)",
+                      lambda: hopfield_energy(xi, patterns, 100.0), (xi, patterns, 100.0)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("rollout", _rollout_cases, atol=1e-9, rtol=1e-5, forbidden_ops=MULTI_DOT_OPS,
+             forbidden_names=("attention_rollout", "with_residual", "multi_dot"),
+             forbidden_objects=(attention_rollout, with_residual)),
+    Exercise("hopfield_step", _step_cases, atol=1e-9, rtol=1e-5, forbidden_ops=ATTENTION_OPS,
+             forbidden_names=("hopfield_update", "scaled_dot_product_attention", "hopfield_run"),
+             forbidden_objects=(hopfield_update, hopfield_run, scaled_dot_product_attention, Attention)),
+    Exercise("energy", _energy_cases, atol=1e-9, rtol=0.0, forbidden_names=("hopfield_energy", "hopfield_run"),
+             forbidden_objects=(hopfield_energy, hopfield_run)),
+]}

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ..multi_head import MultiHeadAttention, attend_heads, qk_matrix, split_heads, without_heads
+from ..attention_scores import scaled_dot_product_attention
+from ..multi_head import MultiHeadAttention, attend_heads, merge_heads, qk_matrix, split_heads, without_heads
 from . import call, compare, earlier_answers, exercise_check, passed
+from .hand_in import ATTENTION_OPS, Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
 X = torch.arange(8, dtype=torch.float32).reshape(1, 2, 4)  # (B=1, T=2, D=4): rows 0 1 2 3 and 4 5 6 7
@@ -150,3 +153,81 @@ def check_silence_head(silence_head: Callable) -> None:
     got = call("silence_head(w_out, 1, 4)", silence_head, w_out.clone(), 1, 4)
     compare("silence_head(w_out, head=1, n_heads=4)", got, reference_silence_head(w_out, 1, 4))
     passed("silence_head")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+# Widths and head counts: one head, one column per head (d_head = 1), and in between.
+SPLITS = [(1, 1, 4, 4), (3, 5, 12, 3), (2, 7, 16, 8), (4, 2, 6, 1)]  # (B, T, D, H)
+WIDTHS = [(4, 1), (8, 2), (12, 3), (16, 8)]  # (D, H)
+
+
+def _split_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for b, t, d, h in SPLITS:
+        x = torch.randn(b, t, d, generator=gen)
+        # head i is the consecutive slice of columns, position by position: stacked on a new axis 1
+        heads = lambda x=x, h=h: torch.stack(x.chunk(h, dim=-1), dim=1)
+        cases.append(Case(f"x of shape {(b, t, d)}, H={h}", heads, (x, h)))
+    return cases
+
+
+def _torch_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """torch's attention on heads split and merged here independently; the weights are the course's."""
+    B, T, D = q.shape
+    split = lambda x: x.reshape(B, -1, n_heads, D // n_heads).transpose(1, 2)  # (B, H, T|S, d_head)
+    head_mask = None if mask is None else (mask[:, None] if mask.dim() == 3 else mask)  # the same for every head
+    out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=head_mask)
+    return out.transpose(1, 2).reshape(B, T, D), attend_heads(q, k, v, n_heads, mask)[1]
+
+
+def _multi_head_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for t, s, d, h in [(3, 5, 8, 2), (6, 6, 12, 4), (1, 7, 16, 8), (4, 3, 6, 1)]:
+        q, k, v = (torch.randn(2, n, d, generator=gen) for n in (t, s, s))
+        mask = torch.rand(2, t, s, generator=gen) > 0.4
+        mask[..., 0] = True  # every query keeps at least one key, where torch's own answer is defined
+        for m in (None, mask, mask[0]):
+            label = f"T={t}, S={s}, D={d}, H={h}, mask {'none' if m is None else tuple(m.shape)}"
+            cases.append(Case(label, lambda q=q, k=k, v=v, h=h, m=m: _torch_heads(q, k, v, h, m), (q, k, v, h, m)))
+            if m is not None:  # a hidden key gets no weight at all, not a tiny one: compared exactly
+                hidden = (~m).expand(2, t, s)[:, None].expand(2, h, t, s)
+                cases.append(Case(f"{label}: masked weights must be exactly 0", lambda hidden=hidden: hidden,
+                                  run=lambda fn, q=q, k=k, v=v, h=h, m=m: fn(q, k, v, h, m)[1] == 0))
+    return cases
+
+
+def _qk_form_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for d, h in WIDTHS:
+        w_q, w_k = (torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(2))
+        for i in range(h):
+            cases.append(Case(f"head {i} of {h}, D={d}", lambda w_q=w_q, w_k=w_k, i=i, h=h:
+                              reference_qk_form(w_q, w_k, i, h), (w_q, w_k, i, h)))
+    return cases
+
+
+def _silence_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for d, h in WIDTHS:
+        w_out = torch.randn(d, d, generator=gen, dtype=torch.float64)
+        for i in range(h):
+            cases.append(Case(f"head {i} of {h}, D={d}", lambda w_out=w_out, i=i, h=h:
+                              reference_silence_head(w_out, i, h), (w_out, i, h)))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    # A split only moves numbers: compared exactly.
+    Exercise("split_into_heads", _split_cases, atol=0.0, rtol=0.0,
+             forbidden_names=("split_heads", "attend_heads"), forbidden_objects=(split_heads, attend_heads)),
+    Exercise("multi_head_attend", _multi_head_cases, forbidden_ops=ATTENTION_OPS,
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention", "attend_heads", "merge_heads"),
+             forbidden_objects=(scaled_dot_product_attention, attend_heads, merge_heads, MultiHeadAttention),
+             uses={"split_into_heads": split_heads}),
+    Exercise("qk_form", _qk_form_cases, atol=1e-9, rtol=1e-5,
+             forbidden_names=("qk_matrix", "reference_qk_form"), forbidden_objects=(qk_matrix, reference_qk_form)),
+    # Zeroing copies numbers or writes exact zeros: compared exactly.
+    Exercise("silence_head", _silence_cases, atol=0.0, rtol=0.0,
+             forbidden_names=("without_heads", "reference_silence_head"),
+             forbidden_objects=(without_heads, reference_silence_head)),
+]}

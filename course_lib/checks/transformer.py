@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 
 from ..normalization import LayerNorm
+from ..transformer import BOS, Block, FeedForward, Transformer, TransformerConfig, exact_match, greedy_decode
 from . import call, compare, exercise_check, passed
+from .hand_in import Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
 X_FFN = torch.tensor([[1.0, -1.0], [0.5, 2.0]])  # (T=2, D=2)
@@ -121,3 +123,106 @@ def check_exact_match_rate(exact_match_rate: Callable) -> None:
         "the number of right rows, not their share": torch.tensor(2.0, dtype=torch.float64),
     })
     passed("exact_match_rate")
+
+
+# ---------------------------------------------------------------- hidden tests (see hand_in.py)
+LINEAR_OPS = frozenset({"aten::linear"})  # what F.linear and nn.Linear run, under whatever name
+
+
+def _feed_forward_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for d, d_ff in [(2, 3), (8, 32), (16, 5)]:
+        x = torch.randn(3, 4, d, generator=gen, dtype=torch.float64)
+        # nn.Linear's scale, 1 / sqrt(fan_in), keeps the hidden layer's ReLU half on, half off
+        w1, w2 = (torch.randn(n, m, generator=gen, dtype=torch.float64) / n ** 0.5 for n, m in ((d, d_ff), (d_ff, d)))
+        b1, b2 = (torch.randn(n, generator=gen, dtype=torch.float64) for n in (d_ff, d))
+        cases.append(Case(f"x of shape (3, 4, {d}), D={d}, d_ff={d_ff}",
+                          lambda x=x, w1=w1, b1=b1, w2=w2, b2=b2: _torch_feed_forward(x, w1, b1, w2, b2),
+                          (x, w1, b1, w2, b2)))
+    return cases
+
+
+def _torch_feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    """torch's linear layers, as nn.Linear computes them: its weight is (out, in), hence the .T."""
+    linear = torch.nn.functional.linear
+    return linear(torch.relu(linear(x, w1.T, b1)), w2.T, b2)
+
+
+def _encoder_layer(gen: torch.Generator, norm_first: bool) -> torch.nn.TransformerEncoderLayer:
+    """torch's own encoder layer (D=8, H=2, d_ff=16), every weight drawn from `gen`."""
+    layer = torch.nn.utils.skip_init(torch.nn.TransformerEncoderLayer, 8, 2, 16, dropout=0.0, batch_first=True,
+                                     norm_first=norm_first, dtype=torch.float64).requires_grad_(False)
+    for p in layer.parameters():  # biases and LayerNorm gains near 1, so none of them hides a mistake
+        p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + (p.dim() == 1))
+    return layer
+
+
+def _two_sublayers(sublayer: Callable, layer: torch.nn.TransformerEncoderLayer, x: Tensor) -> Tensor:
+    """The learner's sublayer twice, self-attention then the FFN: what the encoder layer computes."""
+    attention = lambda h: layer.self_attn(h, h, h, need_weights=False)[0]
+    ffn = lambda h: layer.linear2(torch.relu(layer.linear1(h)))
+    h = sublayer(x, attention, layer.norm1, layer.norm_first)
+    return sublayer(h, ffn, layer.norm2, layer.norm_first)
+
+
+def _sublayer_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for norm_first in (False, True, False, True):
+        layer, x = _encoder_layer(gen, norm_first), torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+        cases.append(Case(f"two sublayers against nn.TransformerEncoderLayer(norm_first={norm_first})",
+                          lambda layer=layer, x=x: layer(x), (x,),
+                          run=lambda fn, layer=layer, x=x: _two_sublayers(fn, layer, x)))
+    return cases
+
+
+def _decoding_model(gen: torch.Generator, src_shape: tuple[int, int], steps: int) -> tuple[Transformer, Tensor]:
+    """An untrained Transformer (initial weights from a seed drawn from `gen`) and a source batch.
+
+    An untrained model's greedy answer is often one token repeated (about one model in eight):
+    then reading the first row, or never growing the prefix, gives the right answer too. Draw
+    again until some row of the answer changes token.
+    """
+    for _ in range(100):
+        seed = int(torch.randint(2 ** 31, (), generator=gen))
+        model = Transformer(TransformerConfig(vocab_size=7, d_model=16, n_heads=2, d_ff=16, seed=seed))
+        src = torch.randint(1, 7, src_shape, generator=gen)
+        tokens = greedy_decode(model.requires_grad_(False), src, steps).tokens
+        if (tokens != tokens[:, :1]).any():
+            return model, src
+    raise RuntimeError("no model with a changing greedy answer in 100 draws")
+
+
+def _greedy_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for batch, length, steps in [(4, 6, 6), (3, 6, 4), (5, 8, 9)]:
+        model, src = _decoding_model(gen, (batch, length), steps)
+        memory, _ = model.encode(src)  # (B, S, D): the decoder reads it at every step
+        decoder = lambda prefix, model=model, memory=memory: model.decode(prefix, memory)
+        cases.append(Case(f"an untrained Transformer, {batch} sources of length {length}, {steps} steps",
+                          lambda model=model, src=src, steps=steps: greedy_decode(model, src, steps).tokens,
+                          (decoder, torch.full((batch, 1), BOS), steps)))
+    return cases
+
+
+def _exact_match_cases(gen: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        answer = torch.randint(0, 3, (50, 4), generator=gen)
+        # 80% of the tokens right: some rows are all right, most are not
+        predicted = torch.where(torch.rand(50, 4, generator=gen) < 0.8, answer, (answer + 1) % 3)
+        # float(...): a share given as a tensor, a numpy number or a float counts alike
+        cases.append(Case("50 rows of 4 tokens, 80% of the tokens right",
+                          lambda p=predicted, a=answer: exact_match(p, a), (predicted, answer),
+                          run=lambda fn, p=predicted, a=answer: float(fn(p, a))))
+    return cases
+
+
+EXERCISES = {spec.name: spec for spec in [
+    Exercise("feed_forward", _feed_forward_cases, atol=1e-10, rtol=1e-5, forbidden_ops=LINEAR_OPS,
+             forbidden_names=("FeedForward", "linear"), forbidden_objects=(FeedForward, torch.nn.functional.linear)),
+    Exercise("sublayer", _sublayer_cases, atol=1e-10, rtol=1e-5,
+             forbidden_names=("Block",), forbidden_objects=(Block,)),
+    Exercise("greedy_tokens", _greedy_cases, forbidden_names=("greedy_decode",), forbidden_objects=(greedy_decode,)),
+    Exercise("exact_match_rate", _exact_match_cases, atol=1e-9, rtol=0.0, forbidden_names=("exact_match",),
+             forbidden_objects=(exact_match,)),
+]}
