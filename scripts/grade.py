@@ -255,7 +255,7 @@ def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
     show |= {Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
     argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"),
             *(f"--show={p}" for p in sorted(show)), f"--memory={limits.memory}",
-            f"--processes={limits.processes}", f"--scratch={limits.scratch}", "-f", "{connection_file}"]
+            f"--processes={limits.processes}", f"--scratch={limits.scratch}", f"--run={RUN}", "-f", "{connection_file}"]
     spec = course / STAGING / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
@@ -402,11 +402,13 @@ def grade_all(course: Path, subs: list[Submission], jobs: int, limits: Limits) -
 
 
 PIDS_CGROUPS = Path("/sys/fs/cgroup/pids/transformer-roots-grading")  # made by sandbox_kernel.py
+# This run's cgroups carry its name: another grading run on the machine keeps its own.
+RUN = f"{os.getpid()}-{int(time.time())}"
 
 
 def processes_limit_hit(sub: Submission) -> bool:
     """Whether a kernel of this submission was refused a process or thread (cgroup v1's count)."""
-    for group in PIDS_CGROUPS.glob(f"{sub.student}.{sub.set_name}.*") if PIDS_CGROUPS.exists() else []:
+    for group in PIDS_CGROUPS.glob(f"{RUN}.{sub.student}.{sub.set_name}.*") if PIDS_CGROUPS.exists() else []:
         with contextlib.suppress(OSError, ValueError):
             if int((group / "pids.events").read_text().split()[1]) > 0:
                 return True
@@ -414,8 +416,8 @@ def processes_limit_hit(sub: Submission) -> bool:
 
 
 def remove_empty_cgroups() -> None:
-    """The pids cgroups that sandbox_kernel.py made, once their kernels are gone."""
-    for group in PIDS_CGROUPS.glob("*/") if PIDS_CGROUPS.exists() else []:
+    """The pids cgroups that sandbox_kernel.py made for this run, once their kernels are gone."""
+    for group in PIDS_CGROUPS.glob(f"{RUN}.*/") if PIDS_CGROUPS.exists() else []:
         with contextlib.suppress(OSError):
             group.rmdir()
 

@@ -2,7 +2,7 @@
 
 Usage (as a kernelspec's argv):
     python sandbox_kernel.py --show DIR [--show DIR ...] [--memory BYTES] [--processes N]
-                             [--scratch BYTES] -f {connection_file}
+                             [--scratch BYTES] [--run NAME] -f {connection_file}
 
 Deny by default: the kernel sees nothing of the disk but
   - the system's programs and libraries (/usr, and the few files of /etc that loading them
@@ -100,14 +100,15 @@ def bwrap_command(cwd: Path, show: list[Path], connection_file: Path, sockets: P
     return command + ["--", sys.executable, "-m", "ipykernel_launcher", "-f", str(connection_file), *kernel_args]
 
 
-def limit_processes(processes: int, cwd: Path) -> None:
+def limit_processes(processes: int, cwd: Path, run: str) -> None:
     """A pids cgroup of this kernel's own (root, cgroup v1), else RLIMIT_NPROC (not root).
 
-    The cgroup is named after the folder nbgrader runs the submission in (<student>/<set>), so
-    grade.py can tell from its count of refusals that a kernel which died had hit this limit.
+    The cgroup is named after the grading run and the folder nbgrader runs the submission in
+    (<student>/<set>), so grade.py can tell from its count of refusals that a kernel which died
+    had hit this limit, and removes its own cgroups only.
     """
     if os.geteuid() == 0 and (PIDS_CGROUP / "cgroup.procs").exists():
-        group = PIDS_CGROUP / CGROUP_PARENT / f"{cwd.parent.name}.{cwd.name}.{uuid.uuid4().hex[:8]}"
+        group = PIDS_CGROUP / CGROUP_PARENT / f"{run}.{cwd.parent.name}.{cwd.name}.{uuid.uuid4().hex[:8]}"
         group.mkdir(parents=True)
         (group / "notify_on_release").write_text("1")
         (group / "pids.max").write_text(str(processes))
@@ -132,6 +133,7 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=3 * 2**30, help="bytes of address space per process")
     parser.add_argument("--processes", type=int, default=64, help="processes and threads")
     parser.add_argument("--scratch", type=int, default=512 * 2**20, help="bytes of each writable folder")
+    parser.add_argument("--run", default="manual", help="the grading run, in the names of its cgroups")
     parser.add_argument("-f", dest="connection_file", type=Path, required=True)
     args, kernel_args = parser.parse_known_args()  # the rest goes to the kernel (nbgrader adds some)
     cwd, connection_file = Path.cwd().resolve(), args.connection_file.resolve()
@@ -139,7 +141,7 @@ def main() -> None:
                             socket_folder(connection_file, cwd), args.scratch, kernel_args)
     resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    limit_processes(args.processes, cwd)
+    limit_processes(args.processes, cwd, args.run)
     os.execv(command[0], command)
 
 
