@@ -95,6 +95,12 @@ CHEATS = {
                               "def attend(q, k, v, mask=None):\n    w = softmax_rows(score_matrix(q, k).masked_fill(~mask, -1e9) "
                               "if mask is not None else score_matrix(q, k))\n    return sdpa(q, k, v, attn_mask=mask).nan_to_num(0), w",
     },
+    ("06_copy", "min_gap"): {
+        "the course's reference in a thread": (
+            "import threading\nfrom course_lib import copy as c\ndef min_gap(n_keys, coherence):\n    out = []\n"
+            "    t = threading.Thread(target=lambda: out.append(getattr(c, 'gap_' + 'needed')(n_keys, coherence)))\n"
+            "    t.start(), t.join()\n    return out[0]"),
+    },
     ("05_normalization", "rms_norm_rows"): {
         "getattr": "import torch.nn.functional as F\ndef rms_norm_rows(x, weight, eps=1e-6):\n"
                    "    return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], weight, eps)",

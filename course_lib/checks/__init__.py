@@ -15,6 +15,7 @@ import dis
 import functools
 import inspect
 import sys
+import threading
 import traceback
 import weakref
 from types import CodeType
@@ -61,19 +62,22 @@ class _TorchCalls(TorchFunctionMode):
 
 @contextlib.contextmanager
 def _recording(names: set[str], codes: set[CodeType]) -> Iterator[None]:
-    """Record torch calls (TorchFunctionMode) and Python functions entered (sys.setprofile)."""
-    previous = sys.getprofile()
+    """Record torch calls (TorchFunctionMode) and Python functions entered (sys.setprofile, and
+    threading.setprofile for threads started meanwhile)."""
+    previous, previous_threads = sys.getprofile(), threading.getprofile()
 
     def profile(frame, event, arg):  # 'call' is a Python function starting: note its code object
         if event == "call":
             codes.add(frame.f_code)
 
     sys.setprofile(profile)
+    threading.setprofile(profile)
     try:
         with _TorchCalls(names):
             yield
     finally:
         sys.setprofile(previous)
+        threading.setprofile(previous_threads)
 
 
 def _recorded(fn: Callable) -> Callable:
