@@ -180,6 +180,8 @@ SUSPICIOUS = {
     "reaches into the grading code or torch's dispatch": r"course_lib\.checks|hand_in|start_grading|"
         r"Torch(Function|Dispatch)Mode|__torch_(function|dispatch)__|_(enable|disable|prepare)_profiler|"
         r"settrace|setprofile|\bgc\.|__code__|events\.register|(pre|post)_run_cell",
+    # Python calls are recorded only in the calling thread and threads started during a check.
+    "starts threads or processes": r"\bthreading\b|ThreadPool|concurrent\.futures|multiprocessing|os\.fork",
 }
 
 
