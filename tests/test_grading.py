@@ -79,7 +79,8 @@ def course(tmp_path_factory) -> Path:
     nbformat.write(submission(course, "01_attention_scores", broken), folder / "01_attention_scores.ipynb")
     mixed = {  # student: (answers, grade ids of deleted cells, file name or None for a truncated file)
         "copy1": ({}, (), f"{SET01}-Copy1.ipynb"),
-        "exits": ({"score_matrix": "exit()"}, (), SET01 + ".ipynb"),
+        "exits": ({"score_matrix": "import os\nos._exit(1)  # ipykernel 7 may outlive exit(): this stops it for sure"}, (),
+                  SET01 + ".ipynb"),
         "warns": ({"softmax_rows": WARNS}, (), SET01 + ".ipynb"),
         "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), SET01 + ".ipynb"),
         "leaker": ({"softmax_rows": LEAKER}, (), SET01 + ".ipynb"),
