@@ -65,12 +65,12 @@ def check_softmax_rows(softmax_rows: Callable) -> None:
     got = call_naming("softmax_rows(LOGITS)", softmax_rows, LOGITS.clone(), errors={
         BROADCAST_ERROR: "a row's max or sum lost its axis: x.amax(-1) and .sum(-1) of the (2, 3) LOGITS have "
                          "shape (2,), which does not broadcast against the rows; keep it (2, 1) with keepdim=True"})
-    shifted_by_all = torch.exp(LOGITS - LOGITS.max())  # row 1: exp(-999) and smaller, all 0 in float32
+    shifted_by_all = torch.exp(LOGITS - LOGITS.max())  # the first row's exps, exp(-999) and less, are all 0
     compare("softmax_rows(LOGITS)", got, softmax(LOGITS), {
         "softmax over the wrong axis? Each row (last dimension) must sum to 1": softmax(LOGITS, dim=0),
         "no max subtraction? exp(1000) overflows to inf, and inf/inf is NaN": naive_softmax(LOGITS),
-        "subtracted the max of the whole tensor (x.max() with no dim)? Row 1's exps all underflow to 0, and 0/0 is "
-        "NaN: subtract each row's own max, x.amax(-1, keepdim=True)":
+        "subtracted the max of the whole tensor (x.max() with no dim)? The first row's exps, exp(1 - 1000) and "
+        "less, all underflow to 0, and 0/0 is NaN: subtract each row's own max, x.amax(-1, keepdim=True)":
             shifted_by_all / shifted_by_all.sum(-1, keepdim=True),
         "did you forget to divide by the row sum?": torch.exp(LOGITS - LOGITS.amax(-1, keepdim=True)),
     })
