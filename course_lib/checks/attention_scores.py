@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
+from torch import Tensor
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
 from . import compare, earlier_answers, exercise_check, passed
@@ -18,14 +19,59 @@ K = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.
 V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
 MASK = torch.tensor([[True, True, False], [False, False, False]])
 WEIGHTS = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+# torch's error when a row statistic lost its axis, e.g. (2, 3) - (2,): "The size of tensor a (3) must match ..."
+BROADCAST_ERROR = "must match the size of tensor"
+
+
+def call_naming(label: str, fn: Callable, *args, errors: Mapping[str, str]) -> object:
+    """Run the learner's function; an exception whose "Type: message" contains a key of `errors`
+    fails the check naming that key's likely bug. Any other exception is left to exercise_check,
+    which names it and its line, so a hint is given only for the mistake it describes."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, AssertionError):
+        raise  # a stub, or a check failure from inside (an input changed in place): already named
+    except Exception as error:
+        text = f"{type(error).__name__}: {error}"
+        hint = next((hint for words, hint in errors.items() if words in text), None)
+        if hint is None:
+            raise
+        raise AssertionError(f"{label} raised {text}. Likely bug: {hint}") from None
+
+
+def shape_hint(name: str, got: object, expected: Tensor, hints: Mapping[tuple[int, ...], str]) -> None:
+    """Name the mistake a telling wrong shape gives away (rows and columns swapped, keepdim=True, ...)."""
+    if isinstance(got, Tensor) and got.shape != expected.shape and tuple(got.shape) in hints:
+        print(f"{name}\n  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
+        raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}. "
+                             f"Likely bug: {hints[tuple(got.shape)]}")
+
+
+def results_in_order(name: str, got: object, ref_out: Tensor, ref_weights: Tensor) -> None:
+    """Name a (weights, output) returned for (output, weights): each has the other's shape.
+
+    The shapes alone decide (they differ in every check that uses this), so an answer that also
+    has another bug still learns the order first."""
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, Tensor) for x in got)):
+        return
+    if got[0].shape == ref_weights.shape and got[1].shape == ref_out.shape and ref_out.shape != ref_weights.shape:
+        raise AssertionError(f"{name} returned (weights, output): the first result has the weights' shape "
+                             f"{tuple(ref_weights.shape)}, the second the output's {tuple(ref_out.shape)}. "
+                             "Likely bug: the results in the wrong order; return (output, weights)")
 
 
 @exercise_check
 def check_softmax_rows(softmax_rows: Callable) -> None:
-    got = softmax_rows(LOGITS.clone())
+    got = call_naming("softmax_rows(LOGITS)", softmax_rows, LOGITS.clone(), errors={
+        BROADCAST_ERROR: "a row's max or sum lost its axis: x.amax(-1) and .sum(-1) of the (2, 3) LOGITS have "
+                         "shape (2,), which does not broadcast against the rows; keep it (2, 1) with keepdim=True"})
+    shifted_by_all = torch.exp(LOGITS - LOGITS.max())  # the first row's exps, exp(-999) and less, are all 0
     compare("softmax_rows(LOGITS)", got, softmax(LOGITS), {
         "softmax over the wrong axis? Each row (last dimension) must sum to 1": softmax(LOGITS, dim=0),
         "no max subtraction? exp(1000) overflows to inf, and inf/inf is NaN": naive_softmax(LOGITS),
+        "subtracted the max of the whole tensor (x.max() with no dim)? The first row's exps, exp(1 - 1000) and "
+        "less, all underflow to 0, and 0/0 is NaN: subtract each row's own max, x.amax(-1, keepdim=True)":
+            shifted_by_all / shifted_by_all.sum(-1, keepdim=True),
         "did you forget to divide by the row sum?": torch.exp(LOGITS - LOGITS.amax(-1, keepdim=True)),
     })
     passed("softmax_rows")
@@ -33,11 +79,19 @@ def check_softmax_rows(softmax_rows: Callable) -> None:
 
 @exercise_check
 def check_score_matrix(score_matrix: Callable) -> None:
-    got = score_matrix(Q.clone(), K.clone())
-    compare("score_matrix(Q, K)", got, attention_scores(Q, K), {
+    got = call_naming("score_matrix(Q, K)", score_matrix, Q.clone(), K.clone(), errors={
+        "cannot be multiplied": "k must be transposed: q (T, d_k) @ k.transpose(-2, -1) (d_k, S) pairs every query "
+                                "with every key"})
+    expected = attention_scores(Q, K)
+    shape_hint("score_matrix(Q, K)", got, expected, {
+        (3, 2): "rows and columns swapped: k @ q^T is (S, T); the scores are q @ k^T, row t for query t"})
+    compare("score_matrix(Q, K)", got, expected, {
         "did you divide by sqrt(d_k)? d_k = 4 here, so every score should be half the dot product":
             attention_scores(Q, K, scale=1.0),
         "divided by d_k instead of sqrt(d_k)?": attention_scores(Q, K, scale=1 / 4),
+        "multiplied by sqrt(d_k)? Divide by it": attention_scores(Q, K, scale=2.0),
+        "divided by the square root of the number of keys (S = 3)? d_k is the width of q and k, q.shape[-1] = 4":
+            attention_scores(Q, K, scale=1 / math.sqrt(3)),
     })
     passed("score_matrix")
 
@@ -46,8 +100,10 @@ def check_score_matrix(score_matrix: Callable) -> None:
 def check_attend(attend: Callable) -> None:
     # One mistake costs once: the earlier exercises\' answers are the references here.
     with earlier_answers(attend, score_matrix=attention_scores, softmax_rows=softmax):
-        out, weights = attend(Q.clone(), K.clone(), V.clone())
+        got = attend(Q.clone(), K.clone(), V.clone())
         ref_out, ref_weights = scaled_dot_product_attention(Q, K, V)
+        results_in_order("attend(Q, K, V)", got, ref_out, ref_weights)
+        out, weights = got
         unscaled_out, unscaled_weights = scaled_dot_product_attention(Q, K, V, scale=1.0)
         compare("weights of attend(Q, K, V)", weights, ref_weights, {
             "did you divide by sqrt(d_k)?": unscaled_weights,
@@ -60,7 +116,13 @@ def check_attend(attend: Callable) -> None:
         out, weights = attend(Q.clone(), K.clone(), V.clone(), MASK)
         ref_out, ref_weights = scaled_dot_product_attention(Q, K, V, MASK)
         after_softmax = softmax(attention_scores(Q, K)) * MASK
+        nan_row, uniform_row = ref_weights.clone(), ref_weights.clone()
+        nan_row[1], uniform_row[1] = math.nan, 1 / 3  # query 2: every key masked
         compare("weights of attend(Q, K, V, MASK)", weights, ref_weights, {
+            "query 2 has every key masked: softmax of a row of -inf is 0/0 = NaN; its weights (and output) must be "
+            "zeros": nan_row,
+            "filled with a large finite number (-1e9) instead of -inf? Query 2, whose keys are all masked, then "
+            "spreads its weight evenly instead of getting zeros": uniform_row,
             "mask applied after the softmax? Masked scores must become -inf before it, so the rest renormalize":
                 after_softmax,
             "mask inverted? True means 'may attend'": softmax(attention_scores(Q, K).masked_fill(MASK, -math.inf)).nan_to_num(0),
@@ -72,10 +134,16 @@ def check_attend(attend: Callable) -> None:
 @exercise_check
 def check_row_entropy(row_entropy: Callable) -> None:
     got = row_entropy(WEIGHTS.clone())
-    compare("row_entropy(WEIGHTS)", got, entropy(WEIGHTS), {
+    expected = entropy(WEIGHTS)
+    shape_hint("row_entropy(WEIGHTS)", got, expected, {
+        (4,): "summed over the wrong axis: WEIGHTS is (3, 4), one row of 4 weights per query; sum over the last "
+              "axis, .sum(-1)",
+        (3, 1): "keepdim=True: the entropy of each row is one number, shape (...) without the last axis"})
+    compare("row_entropy(WEIGHTS)", got, expected, {
         "a zero weight must contribute 0 (0 * log 0 = 0), not NaN": -(WEIGHTS * WEIGHTS.log()).sum(-1),
         "forgot the minus sign? Entropy is never negative": -entropy(WEIGHTS),
         "used log2 instead of the natural log?": entropy(WEIGHTS) / math.log(2),
+        "took the mean over the weights instead of the sum? Here that divides by S = 4": entropy(WEIGHTS) / 4,
     })
     passed("row_entropy")
 

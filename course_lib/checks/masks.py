@@ -11,6 +11,7 @@ from torch import Tensor
 from ..attention_scores import Attention, attention_scores, scaled_dot_product_attention, softmax
 from ..masks import AdditiveScorer, additive_attention, causal_mask, combine_masks, cross_attention, padding_mask
 from . import compare, earlier_answers, exercise_check, passed
+from .attention_scores import BROADCAST_ERROR, call_naming, results_in_order
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 
@@ -77,6 +78,10 @@ def check_causal(causal: Callable) -> None:
             causal_mask(4).tril(-1),
         "upper triangle: that shows each query the future and hides the past": causal_mask(4).T,
         "inverted: True must mean 'may attend'": ~causal_mask(4),
+        "one future key allowed: tril(diagonal=1) lets query t see key t + 1; the mask is s <= t (diagonal=0)":
+            torch.ones(4, 4, dtype=torch.bool).tril(1),
+        "an additive mask (0 = may attend, -inf = masked): this exercise asks for the boolean one, True = may attend":
+            torch.zeros(4, 4).masked_fill(~expected, -math.inf),
     })
     _compare_mask("causal(1)", causal(1), causal_mask(1), {})
     passed("causal")
@@ -92,7 +97,11 @@ def check_padding(padding: Callable) -> None:
             padding_mask([min(n + 1, S_PAD) for n in LENGTHS], S_PAD),
         "padding at the start: pad at the end (real tokens first)": padding_mask(LENGTHS, S_PAD, side="left"),
     }, shape_hints={tuple(real.shape): "the query axis is missing: return (B, 1, S) so the mask broadcasts over "
-                                       "the queries (use [:, None, :])"})
+                                       "the queries (use [:, None, :])",
+                    (3, 4, 1): "the axis of size 1 is in the wrong place: (B, 1, S), [:, None, :], broadcasts over the "
+                               "queries; (B, S, 1) puts each sentence's flags on the query axis",
+                    (1, 3, 4): "the axis of size 1 is in the wrong place: (B, 1, S), [:, None, :], broadcasts over the "
+                               "queries; (1, B, S) puts the sentences where the queries go"})
     passed("padding")
 
 
@@ -100,9 +109,15 @@ def check_padding(padding: Callable) -> None:
 def check_masked_softmax(masked_softmax: Callable) -> None:
     got = masked_softmax(SCORES.clone(), SCORE_MASK.clone())
     expected = softmax(SCORES.masked_fill(~SCORE_MASK, -math.inf))
-    uniform_last = expected.clone()
-    uniform_last[2] = 0.25
+    uniform_last, nan_last = expected.clone(), expected.clone()
+    uniform_last[2], nan_last[2] = 0.25, math.nan
     compare("masked_softmax(SCORES, SCORE_MASK) (row 3 has every key masked: expect zeros)", got, expected, {
+        "row 3 has every key masked: softmax of a row of -inf is 0/0 = NaN; such a row must come out as zeros":
+            nan_last,
+        "multiplied the scores by the mask? A masked score becomes 0, which still gets weight; fill it with -inf":
+            softmax(SCORES * SCORE_MASK),
+        "softmax over the wrong axis? Each row (one query, all its keys) must sum to 1, not each column":
+            softmax(SCORES.masked_fill(~SCORE_MASK, -math.inf), dim=-2),
         "mask applied after the softmax? Masked scores must become -inf before it, so the rest sum to 1":
             softmax(SCORES) * SCORE_MASK,
         "mask inverted? True means 'may attend'": softmax(SCORES.masked_fill(SCORE_MASK, -math.inf)),
@@ -123,7 +138,9 @@ def reference_additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w:
 def check_additive_scores(additive_scores: Callable) -> None:
     args = (Q_ADD, K_ADD, W_Q_ADD, W_K_ADD, W_ADD)
     expected = reference_additive_scores(*args)
-    got = additive_scores(*(a.clone() for a in args))
+    got = call_naming("additive_scores(q, k, w_q, w_k, w)", additive_scores, *(a.clone() for a in args), errors={
+        BROADCAST_ERROR: "q @ w_q is (T, h) and k @ w_k is (S, h): add them as (..., T, 1, h) + (..., 1, S, h), "
+                         "(q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :], to pair every query with every key"})
     _shape_first("additive_scores(q, k, w_q, w_k, w)", got, expected, {
         (3, 2): "rows and columns swapped: row t must hold query t's scores over the S keys, shape (T, S)",
         (2, 3, 4): "the hidden axis is still there: take the dot product with w (the last step of the MLP)",
@@ -154,8 +171,10 @@ def check_cross_attend(cross_attend: Callable) -> None:
     # One mistake costs once: the earlier exercises' answers are the references here.
     with earlier_answers(cross_attend, padding=reference_padding, masked_softmax=reference_masked_softmax):
         args = (TARGET, SOURCE, W_Q, W_K, W_V, SOURCE_LENGTHS)
-        out, weights = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))
+        got = cross_attend(*(a.clone() if isinstance(a, Tensor) else list(a) for a in args))
         ref_out, ref_weights = reference_cross_attend(*args)
+        results_in_order("cross_attend(...)", got, ref_out, ref_weights)
+        out, weights = got
         m, n = TARGET.shape[1], SOURCE.shape[1]
         _shape_first("weights of cross_attend(...)", weights, ref_weights, {
             (2, n, m): "queries and keys swapped: queries come from the target, keys and values from the source "

@@ -53,7 +53,8 @@ def check_batch_stats(batch_stats: Callable) -> None:
     mean, var, _ = batch_statistics(X)
     hints = {(2, 3): "you averaged over the features (LayerNorm's axis); BatchNorm averages over every token",
              (3, 2): "you averaged over the batch axis only; BatchNorm averages over batch AND positions",
-             (2, 2): "you averaged over the positions only; BatchNorm averages over batch AND positions"}
+             (2, 2): "you averaged over the positions only; BatchNorm averages over batch AND positions",
+             (1, 2): "keepdim=True: mean and var hold one number per feature, shape (D,)"}
     _shape_hint("mean of batch_stats(X)", got_mean, mean, hints)
     compare("mean of batch_stats(X), one per feature", got_mean, mean)
     _shape_hint("var of batch_stats(X)", got_var, var, hints)
@@ -61,6 +62,8 @@ def check_batch_stats(batch_stats: Callable) -> None:
         "unbiased variance (divides by n - 1, torch.var's default)? BatchNorm normalizes with the biased one":
             _flat(X).var(0),
         "did you forget to subtract the mean before squaring?": (_flat(X) ** 2).mean(0),
+        "the standard deviation instead of the variance? The variance is the mean squared deviation, std ** 2":
+            _flat(X).std(0, unbiased=False),
     })
     passed("batch_stats")
 
@@ -91,6 +94,12 @@ def check_batch_norm_forward(batch_norm_forward: Callable) -> None:
                                 (X - mean) / torch.sqrt(_flat(X).var(0) + eps) * GAMMA2 + BETA2,
                             "gamma and beta swapped? gamma multiplies, beta is added":
                                 (X - use_mean) / torch.sqrt(use_var + eps) * BETA2 + GAMMA2,
+                            "eps left out? Divide by sqrt(var + eps); it shows here because eps is large":
+                                (X - use_mean) / torch.sqrt(use_var) * GAMMA2 + BETA2,
+                            "no square root? Divide by the standard deviation sqrt(var + eps), not by var + eps":
+                                (X - use_mean) / (use_var + eps) * GAMMA2 + BETA2,
+                            "gamma and beta left out? Multiply the normalized x by gamma, then add beta":
+                                (X - use_mean) / torch.sqrt(use_var + eps),
                         })
         passed("batch_norm_forward")
 
@@ -114,6 +123,10 @@ def check_update_running(update_running: Callable) -> None:
                 (1 - momentum) * RUNNING_VAR + momentum * var,
             "momentum on the wrong side? new = (1 - momentum) * old + momentum * batch":
                 momentum * RUNNING_VAR + (1 - momentum) * var * n / (n - 1),
+            "n is the batch size (2)? n counts the tokens per feature, every axis but the last: 2 * 3 = 6":
+                (1 - momentum) * RUNNING_VAR + momentum * var * 2 / (2 - 1),
+            "n counts every number (12)? n counts the tokens per feature, x.numel() // D = 6":
+                (1 - momentum) * RUNNING_VAR + momentum * var * 12 / (12 - 1),
         })
         passed("update_running")
 
@@ -134,6 +147,11 @@ def check_layer_norm_rows(layer_norm_rows: Callable) -> None:
                 (ROWS - mean) / (torch.sqrt(var) + eps) * GAMMA4 + BETA4,
             "gamma and beta swapped? gamma multiplies, beta is added":
                 (ROWS - mean) / torch.sqrt(var + eps) * BETA4 + GAMMA4,
+            "the statistics lost their axis: x.mean(-1) is (T,) without keepdim=True, and broadcasts along the "
+            "features, so feature d gets row d's mean; keep (T, 1) with keepdim=True":
+                (ROWS - ROWS.mean(-1)) / torch.sqrt(ROWS.var(-1, unbiased=False) + eps) * GAMMA4 + BETA4,
+            "eps left out? Divide by sqrt(var + eps); it shows here because eps is large":
+                (ROWS - mean) / torch.sqrt(var) * GAMMA4 + BETA4,
         })
     passed("layer_norm_rows")
 
@@ -149,6 +167,11 @@ def check_rms_norm_rows(rms_norm_rows: Callable) -> None:
             "missing square root? divide by sqrt(mean(x^2) + eps)": ROWS / (square + eps) * GAMMA4,
             "mean of |x| instead of the root mean square?": ROWS / (ROWS.abs().mean(-1, keepdim=True) + eps) * GAMMA4,
             "eps belongs inside the square root: sqrt(mean(x^2) + eps)": ROWS / (square.sqrt() + eps) * GAMMA4,
+            "the root mean square lost its axis: mean(-1) is (T,) without keepdim=True, and broadcasts along the "
+            "features, so feature d is divided by row d's; keep (T, 1) with keepdim=True":
+                ROWS / torch.sqrt((ROWS ** 2).mean(-1) + eps) * GAMMA4,
+            "summed the squares instead of averaging them? That is the row's length; RMSNorm divides by "
+            "sqrt(sum / D + eps)": ROWS / torch.sqrt((ROWS ** 2).sum(-1, keepdim=True) + eps) * GAMMA4,
         })
     passed("rms_norm_rows")
 

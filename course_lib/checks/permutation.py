@@ -14,6 +14,7 @@ from ..permutation import EncoderBlockParams, bias_after_norm, encoder_block
 from ..permutation import equivariance_gap as reference_gap
 from ..permutation import inverse_permutation, match_rows, permute_tokens, self_attention
 from . import call, compare, earlier_answers, exercise_check, passed
+from .attention_scores import results_in_order
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 
@@ -72,6 +73,8 @@ def _gap(f: Callable, x: Tensor, perm: Tensor, kind: str) -> float:
         return float((permuted - plain[..., perm, :]).abs().mean())
     if kind == "signed":
         return float((permuted - plain[..., perm, :]).max())
+    if kind == "norm":
+        return float((permuted - plain[..., perm, :]).norm())
     return float((permuted - plain[..., perm, :]).abs().max())
 
 
@@ -96,6 +99,8 @@ def check_equivariance_gap(equivariance_gap: Callable) -> None:
                     "you permuted f(x) with the inverse permutation": gaps("inverse"),
                     "you took the mean of the differences; the gap is the largest one": gaps("mean"),
                     "you forgot the absolute value": gaps("signed"),
+                    "you took the norm of the differences (the root of the sum of squares); the gap is the largest "
+                    "absolute entry, .abs().max()": gaps("norm"),
                 })
         passed("equivariance_gap")
 
@@ -108,14 +113,17 @@ def check_biased_attention(biased_attention: Callable) -> None:
                 x.clone(), w_q.clone(), w_k.clone(), w_v.clone(), b_q.clone(), b_k.clone(), b_v.clone())
     if not (isinstance(got, tuple) and len(got) == 2):
         raise AssertionError(f"biased_attention must return (output, weights), got {type(got).__name__}")
-    out, weights = got
     ref_out, ref_weights = self_attention(x, w_q, w_k, w_v, b_q, b_k, b_v)
+    results_in_order("biased_attention(...)", got, ref_out, ref_weights)
+    out, weights = got
     q, k, v = x @ w_q + b_q, x @ w_k + b_k, x @ w_v + b_v
     compare("weights of biased_attention(...)", weights, ref_weights, {
         "the query bias is missing (it is the one bias that changes the weights)":
             self_attention(x, w_q, w_k, w_v, None, b_k, b_v)[1],
         "did you divide the scores by sqrt(d_k)? d_k = 2 here":
             scaled_dot_product_attention(q, k, v, scale=1.0)[1],
+        "divided by sqrt(D), the width of x (4 here)? d_k is the width of q and k, 2 here":
+            scaled_dot_product_attention(q, k, v, scale=0.5)[1],
         "softmax over the wrong axis: each row (one query, all keys) must sum to 1":
             softmax(attention_scores(q, k), dim=-2),
     })
@@ -168,6 +176,7 @@ def check_bias_left_by_norm(bias_left_by_norm: Callable) -> None:
         "LayerNorm subtracts each row's mean over the features, so mean(b) is removed": BIAS,
         "LayerNorm divides the whole row xW + b by its std, not the bias alone: what survives is b - mean(b)":
             layer / layer.std(unbiased=False),
+        "mean(b) is the part LayerNorm removes; what is left is b - mean(b)": torch.full((3,), float(BIAS.mean())),
     })
     passed("bias_left_by_norm")
 
