@@ -309,6 +309,7 @@ MUTANTS = {
     "softmax_rows": {
         "no max subtraction": "def softmax_rows(x):\n    e = torch.exp(x)\n    return e / e.sum(-1, keepdim=True)",
         "wrong axis": "def softmax_rows(x):\n    e = torch.exp(x - x.amax(0, keepdim=True))\n    return e / e.sum(0, keepdim=True)",
+        "max of the whole tensor": "def softmax_rows(x):\n    e = torch.exp(x - x.max())\n    return e / e.sum(-1, keepdim=True)",
         "no division by the row sum": "def softmax_rows(x):\n    return torch.exp(x - x.amax(-1, keepdim=True))",
         "max without keepdim": "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1))\n    return e / e.sum(-1, keepdim=True)",
         "sum without keepdim": "def softmax_rows(x):\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1)",
@@ -371,6 +372,7 @@ MUTANTS = {
 HINTS = {
     "softmax_rows": {
         "no max subtraction": "no max subtraction",
+        "max of the whole tensor": "max of the whole tensor",
         "wrong axis": "softmax over the wrong axis",
         "no division by the row sum": "forget to divide by the row sum",
         "max without keepdim": "keepdim=True",
@@ -438,14 +440,6 @@ def test_right_answers_written_another_way_pass(exercise, answer):
 @pytest.mark.parametrize("exercise,mutant", [(e, m) for e, ms in MUTANTS_HIDDEN_ONLY.items() for m in ms])
 def test_ready_made_calls_hidden_in_helpers_get_no_credit(exercise, mutant):
     assert not outcome(SET, exercise, MUTANTS_HIDDEN_ONLY[exercise][mutant]).hidden_passed
-
-
-def test_a_softmax_shifted_by_the_whole_tensors_max_is_named():
-    """x - x.max() gives NaN on LOGITS (its rows are 997 apart). Not in MUTANTS: the hidden tests'
-    rows are less than 88 apart, where float32's exp does not underflow, so they accept it."""
-    answer = "def softmax_rows(x):\n    e = torch.exp(x - x.max())\n    return e / e.sum(-1, keepdim=True)"
-    result = outcome(SET, "softmax_rows", answer)
-    assert not result.check_passed and "max of the whole tensor" in result.messages[0], result.messages
 
 
 def test_the_written_out_broadcast_rule_agrees_with_torch():
