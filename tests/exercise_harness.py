@@ -82,3 +82,8 @@ def outcome(set_name: str, exercise: str, answer: str | None = None) -> Outcome:
         elif meta.get("solution") or not (grade_id or "").endswith(("_check", "_tests")):
             _run(cell.source, namespace, messages)  # setup cells and the other exercises' references
     raise AssertionError(f"exercise {exercise!r} not found in {set_name}")
+
+
+def hints(set_name: str) -> dict[str, dict[str, str]]:
+    """For each exercise, its likely wrong answers (MUTANTS names) and words its message must contain."""
+    return getattr(importlib.import_module("test_" + set_name.split("_", 1)[1]), "HINTS", {})

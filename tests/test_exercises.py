@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from exercise_harness import exercise_names, mutants, outcome, solution_sets
+from exercise_harness import exercise_names, hints, mutants, outcome, solution_sets
 
 SETS = solution_sets()
 CASES = [(s, e, m) for s in SETS for e, ms in mutants(s).items() for m in ms]
@@ -132,3 +132,18 @@ def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
     result = outcome("01_attention_scores", "softmax_rows", answer)
     assert not result.check_passed and not result.hidden_passed
     assert "right values but dtype torch.float64, expected torch.float32" in result.messages[0]
+
+
+@pytest.mark.parametrize("set_name,exercise,mutant,words",
+                         [(s, e, m, w) for s in SETS for e, ms in hints(s).items() for m, w in ms.items()])
+def test_visible_check_names_the_likely_bug(set_name, exercise, mutant, words):
+    """Each likely wrong answer is told its bug (HINTS in tests/test_<concept>.py)."""
+    result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
+    assert any(words in message for message in result.messages), result.messages
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_exercise_has_five_likely_wrong_answers_named(set_name):
+    named = hints(set_name)
+    assert {e: len(named.get(e, {})) for e in exercise_names(set_name)} == {
+        e: max(5, len(named.get(e, {}))) for e in exercise_names(set_name)}
