@@ -11,6 +11,7 @@ from torch import Tensor
 from ..attention_graph import attention_rollout, hopfield_energy, hopfield_run, hopfield_update, with_residual
 from ..attention_scores import Attention, scaled_dot_product_attention
 from . import call, compare, exercise_check, passed
+from .bug_hints import name_shape_bug
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 # Tiny inputs the learner can follow by hand (float64, 3 tokens / 2 patterns in width 2).
@@ -28,10 +29,25 @@ def _mix(w: Tensor, residual: float) -> Tensor:
     return residual * torch.eye(len(w), dtype=w.dtype) + (1 - residual) * w
 
 
+def _rollout_of(rollout: Callable, label: str, layers: list[Tensor], residual: float) -> object:
+    """The learner's rollout of copies of `layers`, naming a change made to them in place.
+
+    The framework sees in-place changes of tensor arguments only, and these are in a list; the
+    copies also keep the check's own matrices as they are for the cases that follow.
+    """
+    given = [w.clone() for w in layers]
+    got = call(label, rollout, given, residual)
+    if any(not torch.equal(g, w) for g, w in zip(given, layers)):
+        raise AssertionError("`rollout` changed the matrices in `layer_weights` in place (the caller's are modified). "
+                             "Likely bug: an in-place operation such as `w *= ...` or `w += ...` on a layer's matrix; "
+                             "compute a new one instead, e.g. `mixed = residual * eye + (1 - residual) * w`")
+    return got
+
+
 @exercise_check
 def check_rollout(rollout: Callable) -> None:
     layers = [PREVIOUS, MIXER]  # layer 1 reads the previous token; layer 2 mixes 1 with 2
-    got = call("rollout([A1, A2], 0.0)", rollout, layers, 0.0)
+    got = _rollout_of(rollout, "rollout([A1, A2], 0.0)", layers, 0.0)
     eye = torch.eye(3, dtype=torch.float64)
     compare("rollout([A1, A2], residual=0.0)  (no residual: the plain product A2 @ A1)", got,
             attention_rollout(layers, 0.0), {
@@ -39,8 +55,10 @@ def check_rollout(rollout: Callable) -> None:
                     PREVIOUS @ MIXER,
                 NOT_STOCHASTIC: (eye + MIXER) @ (eye + PREVIOUS),
                 SWAPPED: eye,
+                "the layers were multiplied entry by entry (*): following paths is the matrix product, @":
+                    MIXER * PREVIOUS * eye,
             })
-    got = call("rollout([A1, A2], 0.5)", rollout, layers, 0.5)
+    got = _rollout_of(rollout, "rollout([A1, A2], 0.5)", layers, 0.5)
     compare("rollout([A1, A2], residual=0.5)  (each layer 0.5 I + 0.5 A, then the product)", got,
             attention_rollout(layers, 0.5), {
                 "multiplied in the wrong order: the LAST layer goes on the left":
@@ -49,7 +67,7 @@ def check_rollout(rollout: Callable) -> None:
                 "the residual was left out": MIXER @ PREVIOUS,
             })
     three = [MIXER, PREVIOUS, MIXER]
-    got = call("rollout([A1, A2, A3], 0.2)", rollout, three, 0.2)
+    got = _rollout_of(rollout, "rollout([A1, A2, A3], 0.2)", three, 0.2)
     compare("rollout([A1, A2, A3], residual=0.2)  (three layers: A3~ @ A2~ @ A1~)", got,
             attention_rollout(three, 0.2), {
         "only the first two layers were used": _mix(PREVIOUS, 0.2) @ _mix(MIXER, 0.2),
@@ -79,6 +97,8 @@ def check_hopfield_step(hopfield_step: Callable) -> None:
     got = call("hopfield_step(states (B=3, D=2), X (S=3), beta=1.0)", hopfield_step, STATES,
                patterns, 1.0)
     wrong_axis = torch.softmax(STATES @ patterns.T, dim=0) @ patterns
+    name_shape_bug("hopfield_step on a batch of 3 states, 3 patterns, beta=1", got, STATES.shape, {
+        (3, 3): "(B, S) is one weight per pattern: the new states are those weights @ X, shape (B, D)"})
     compare("hopfield_step on a batch of 3 states, 3 patterns, beta=1  (one row per state)", got,
             hopfield_update(STATES, patterns, 1.0)[0], {
                 "the softmax runs over the batch of states; each state's weights run over the "
@@ -103,12 +123,19 @@ def check_energy(energy: Callable) -> None:
             torch.tensor(-lse + 0.2, dtype=torch.float64),
         "the quadratic term must be +|xi|^2 / 2":
             torch.tensor(-lse - 0.2 + math.log(2) / 2 + 0.5, dtype=torch.float64),
-        "|xi|^2 without the 1/2":
+        "|xi|^2 without the 1/2: the quadratic term is (xi * xi).sum(-1) / 2":
             torch.tensor(-lse + 0.4 + math.log(2) / 2 + 0.5, dtype=torch.float64),
+        # X = I: each pattern has norm 1, the whole matrix sqrt(2)
+        "M is the largest norm of ONE pattern, patterns.norm(dim=-1).max(), not the norm of the whole matrix":
+            torch.tensor(-lse + 0.2 + math.log(2) / 2 + 1.0, dtype=torch.float64),
     })
     got = call("energy(states (B=3, D=2), X, beta=1)", energy, STATES, PATTERNS, 1.0)
-    compare("energy of a batch of 3 states, beta=1  (one energy per state)", got,
-            hopfield_energy(STATES, PATTERNS, 1.0))
+    want = hopfield_energy(STATES, PATTERNS, 1.0)
+    own_square = 0.5 * (STATES * STATES).sum(-1)  # (B,)
+    compare("energy of a batch of 3 states, beta=1  (one energy per state)", got, want, {
+        "|xi|^2 was summed over the whole batch: each state has its own, (xi * xi).sum(-1)":
+            want - own_square + own_square.sum(),
+    })
     big = torch.tensor([1.0, 0.0])  # float32, beta = 200: exp(200) overflows float32
     got = call("energy([1, 0] in float32, X, beta=200)", energy, big, PATTERNS.float(), 200.0)
     compare("energy at beta = 200 in float32  (exp(200) = inf in float32)", got,

@@ -12,6 +12,7 @@ from ..copy import (gap_needed, hand_set_induction_model, induction_batch, ov_ci
                     position_copy_head)
 from ..masks import IGNORE
 from . import call, compare, exercise_check, passed
+from .bug_hints import call_naming
 from .hand_in import Case, Exercise
 
 
@@ -34,7 +35,8 @@ def _as_float(label: str, got: object) -> Tensor:
 @exercise_check
 def check_position_query_weights(position_query_weights: Callable) -> None:
     want = reference_query_weights(4, 1, 5.0)
-    got = call("position_query_weights(4, 1, 5.0)", position_query_weights, 4, 1, 5.0)
+    got = call_naming("position_query_weights(4, 1, 5.0)", position_query_weights, 4, 1, 5.0, bugs={
+        "out of bounds": "a position p whose p + offset is past the last position gets a zero row: skip it"})
     compare("position_query_weights(4, 1, 5.0)  (row p: the query of position p; column: the key position)",
             got, want, {
                 "the transpose: row p must put the gap in column p + offset (p asks for p + offset)": want.T,
@@ -64,6 +66,10 @@ def check_min_gap(min_gap: Callable) -> None:
                 math.log(n_keys - 1) + math.log((1 - coherence) / (1 + coherence)), dtype=torch.float64),
             "the gap must also beat the overlap of the codes: add ln((1 + c) / (1 - c))": torch.tensor(
                 math.log(n_keys - 1), dtype=torch.float64),
+            "the logarithm is missing: (S - 1)(1 + c) / (1 - c) bounds e^g; the gap g is its ln": torch.tensor(
+                (n_keys - 1) * (1 + coherence) / (1 - coherence), dtype=torch.float64),
+            "the overlap term is a log too: add ln((1 + c) / (1 - c)), not (1 + c) / (1 - c)": torch.tensor(
+                math.log(n_keys - 1) + (1 + coherence) / (1 - coherence), dtype=torch.float64),
         }, atol=1e-6)
     passed("min_gap")
 
@@ -78,18 +84,22 @@ W_U = torch.tensor([[0.0, 1.0, 2.0, 1.0], [1.0, 1.0, -1.0, 0.0]])
 @exercise_check
 def check_ov_lookup_accuracy(ov_lookup_accuracy: Callable) -> None:
     label = "ov_lookup_accuracy(W_E, W_V, W_O, W_U)"
-    got = _as_float(label, call(label, ov_lookup_accuracy, W_E, W_V, W_O, W_U))
+    got = _as_float(label, call_naming(label, ov_lookup_accuracy, W_E, W_V, W_O, W_U, bugs={
+        "could not infer output dtype": "the mean of a bool tensor: convert it first, e.g. .double().mean()"}))
     ov = W_E @ W_V @ W_O @ W_U  # rows [-4 -10 -8 -6], [2 4 2 2], [-1 -1 1 0], [-3 -7 -5 -4]
     compare(f"{label}  (OV rows: {ov.int().tolist()})", got, torch.tensor(ov_copy_scores(ov)[0], dtype=torch.float64), {
         "the largest entry of each COLUMN: a row is what one source token adds to every logit": torch.tensor(
             0.25, dtype=torch.float64),
         "W_V is used transposed: OV = W_E W_V W_O W_U with rows as vectors": torch.tensor(0.5, dtype=torch.float64),
+        "the number of tokens that copy (3), not their share: divide by V": torch.tensor(3.0, dtype=torch.float64),
     })
     gen = torch.Generator().manual_seed(3)
     w_e, w_v, w_o, w_u = (torch.randn(*s, generator=gen) for s in ((6, 3), (3, 2), (2, 3), (3, 6)))
     label = "ov_lookup_accuracy on random (6, 3), (3, 2), (2, 3), (3, 6) matrices"
-    got = _as_float(label, call(label, ov_lookup_accuracy, w_e, w_v, w_o, w_u,
-                                 hint="W_V is (D, d_v) and W_O is (d_v, D): d_v need not equal D"))
+    got = _as_float(label, call_naming(label, ov_lookup_accuracy, w_e, w_v, w_o, w_u, bugs={
+        # W_E W_V is (6, 2): straight on to W_U (3, 6) means W_O was left out
+        "(6x2 and 3x6)": "W_O is left out: OV = W_E W_V W_O W_U, and W_O (d_v, D) takes W_V's d_v back to D",
+        "shapes cannot be multiplied": "W_V is (D, d_v) and W_O is (d_v, D): d_v need not equal D"}))
     want = ov_copy_scores(w_e @ w_v @ w_o @ w_u)[0]
     compare(label, got, torch.tensor(want, dtype=torch.float64))
     passed("ov_lookup_accuracy")
@@ -113,16 +123,23 @@ def reference_induction_targets(ids: Tensor) -> Tensor:
 @exercise_check
 def check_induction_targets(induction_targets: Callable) -> None:
     label = f"induction_targets({IDS.tolist()})"
-    got = call(label, induction_targets, IDS.clone())
+    got = call_naming(label, induction_targets, IDS.clone(), bugs={
+        # j + 1 <= i for every earlier j < i: only a match at j = i = T - 1 reads past the end
+        "out of bounds": "the search matched j = i (the token itself): search the earlier positions j < i only"})
     want = reference_induction_targets(IDS)  # [[-100 -100 -100 6 -100 7 5], [-100 3 3 -100 4 3 -100]]
     first = torch.tensor([[IGNORE, IGNORE, IGNORE, 6, IGNORE, 6, 5], [IGNORE, 3, 3, IGNORE, 3, 3, IGNORE]])
     itself = torch.where(want == IGNORE, want, IDS)
+    next_token = torch.cat([IDS[:, 1:], torch.full_like(IDS[:, :1], IGNORE)], 1)  # ids[i + 1] everywhere
     if isinstance(got, Tensor) and got.is_floating_point():
         raise AssertionError(f"{label} must return integer token ids (dtype long), got {got.dtype}")
     compare(label, got.double() if isinstance(got, Tensor) else got, want.double(), {
         "the FIRST earlier occurrence: the induction head copies what followed the most recent one":
             first.double(),
         "the token found, not the token after it: the answer is ids[j + 1]": itself.double(),
+        "every position got its own next token ids[i + 1]: find the most recent EARLIER j < i holding the "
+        "same token, and copy ids[j + 1]": next_token.double(),
+        "a position whose token has not occurred before gets IGNORE (-100), not 0":
+            torch.where(want == IGNORE, 0, want).double(),
     })
     passed("induction_targets")
 

@@ -13,6 +13,7 @@ from ..logic_rules import (KINSHIP_RULES, PEOPLE, RELATIONS, RULES, composition_
                            fit_power_law, handset_model, rule_targets, sentence_batch)
 from ..masks import IGNORE
 from . import call, compare, exercise_check, passed
+from .bug_hints import compare_quietly, name_shape_bug
 from .hand_in import Case, Exercise
 
 # A vocabulary of 6 tokens: people A = 0, B = 1; relations p = 2, q = 3; answers s = 4, t = 5.
@@ -41,6 +42,11 @@ def _targets(ids: Tensor, lookup: Tensor, swap: bool = False, move_y: bool = Tru
 @exercise_check
 def check_compose_targets(compose_targets: Callable) -> None:
     got = call("compose_targets(IDS, LOOKUP)", compose_targets, IDS.clone(), LOOKUP.clone())
+    if isinstance(got, Tensor) and got.is_floating_point():
+        raise AssertionError("compose_targets(IDS, LOOKUP) must return integer token ids (dtype long), "
+                             f"got {got.dtype}")
+    name_shape_bug("compose_targets(IDS, LOOKUP)", got, IDS.shape, {
+        (len(IDS), 3): "position 3 was dropped: keep four columns, with -100 (no target) at position 3"})
     compare("compose_targets(IDS, LOOKUP)  (rows: A p q B, B q p A, B p p B; p q -> 4, q p -> 5, p p -> 4)",
             got, _targets(IDS, LOOKUP), {
                 "the relations are looked up in the wrong order: the answer is lookup[r1, r2]":
@@ -101,6 +107,8 @@ def check_composition_unembedding(composition_unembedding: Callable) -> None:
                     _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "swap"),
                 "an entry was set (=) where it must be added to (+=): father father adds +1 and -1 "
                 "to the same token column": _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "assign"),
+                "the mix columns come first: the token codes are columns 0 .. n-1, the mix codes n .. 2n-1":
+                    want.roll(len(SMALL_RELATIONS), dims=1),
             })
     answers = _readout_answers(got, SMALL_RULES, SMALL_RELATIONS, 0.5)
     print(f"nearest relation for father sister, father father, sister father\n  expected: "
@@ -110,14 +118,21 @@ def check_composition_unembedding(composition_unembedding: Callable) -> None:
     passed("composition_unembedding")
 
 
-def _xor_squares(table: Tensor, ordered: bool = False, loose: bool = False) -> int:
+def _xor_squares(table: Tensor, ordered: bool = False, loose: bool = False, ordered_columns: bool = False,
+                 same_answers: bool = False, neighbours: bool = False) -> int:
+    """The number of XOR squares of `table`, or what one of the usual mistakes counts:
+    `ordered` (every square 4 times), `ordered_columns` (twice), `loose` (off-diagonal cells not
+    compared), `same_answers` (c = d allowed), `neighbours` (adjacent rows and columns only)."""
     n_rows, n_cols = table.shape
     count = 0
     pairs = itertools.permutations if ordered else itertools.combinations
+    column_pairs = itertools.permutations if ordered or ordered_columns else itertools.combinations
     for i, k in pairs(range(n_rows), 2):
-        for j, m in pairs(range(n_cols), 2):
+        for j, m in column_pairs(range(n_cols), 2):
+            if neighbours and (k != i + 1 or m != j + 1):
+                continue
             diagonal = table[i, j] == table[k, m]
-            other = table[i, m] != table[i, j] and table[k, j] != table[i, j]
+            other = same_answers or (table[i, m] != table[i, j] and table[k, j] != table[i, j])
             crossed = loose or table[i, m] == table[k, j]
             count += int(bool(diagonal and other and crossed))
     return count
@@ -131,20 +146,42 @@ TABLES = {
 }
 
 
+def _xor_count(xor_squares: Callable, label: str, table: Tensor) -> Tensor:
+    """The learner's count for `table`, as a 0-d tensor for compare."""
+    got = call(label, xor_squares, table.clone())
+    if isinstance(got, Tensor) and got.numel() == 1:
+        got = int(got)
+    if not isinstance(got, int):
+        raise AssertionError(f"xor_squares must return an int, got {type(got).__name__}")
+    return torch.tensor(got)
+
+
+def _xor_mistakes(table: Tensor) -> dict[str, Tensor]:
+    return {
+        "each square was counted 4 times: take rows i < k and columns j < m, each pair once":
+            torch.tensor(_xor_squares(table, ordered=True)),
+        "each square was counted twice: take columns j < m, not every ordered pair j != m":
+            torch.tensor(_xor_squares(table, ordered_columns=True)),
+        "the two off-diagonal cells must hold the same answer (table[i, m] == table[k, j])":
+            torch.tensor(_xor_squares(table, loose=True)),
+        "only neighbouring rows and columns were paired: every i < k and j < m count, however far apart":
+            torch.tensor(_xor_squares(table, neighbours=True)),
+        "a square whose cells all hold one answer was counted: the two answers must differ (c != d)":
+            torch.tensor(_xor_squares(table, same_answers=True)),
+    }
+
+
+# Not printed when right: two relations that always give the same answer hold no XOR square.
+SAME_ANSWER = torch.tensor([[2, 2], [2, 2]])
+
+
 @exercise_check
 def check_xor_squares(xor_squares: Callable) -> None:
     for name, table in TABLES.items():
-        got = call(f"xor_squares({name})", xor_squares, table.clone())
-        if isinstance(got, Tensor) and got.numel() == 1:
-            got = int(got)
-        if not isinstance(got, int):
-            raise AssertionError(f"xor_squares must return an int, got {type(got).__name__}")
-        compare(f"xor_squares({name})", torch.tensor(got), torch.tensor(_xor_squares(table)), {
-            "each square was counted 4 times: take rows i < k and columns j < m, each pair once":
-                torch.tensor(_xor_squares(table, ordered=True)),
-            "the two off-diagonal cells must hold the same answer (table[i, m] == table[k, j])":
-                torch.tensor(_xor_squares(table, loose=True)),
-        })
+        label = f"xor_squares({name})"
+        compare(label, _xor_count(xor_squares, label, table), torch.tensor(_xor_squares(table)), _xor_mistakes(table))
+    label = f"xor_squares(one answer everywhere {SAME_ANSWER.tolist()})"
+    compare_quietly(label, _xor_count(xor_squares, label, SAME_ANSWER), torch.tensor(0), _xor_mistakes(SAME_ANSWER))
     passed("xor_squares")
 
 
@@ -155,6 +192,8 @@ def _fit(x: list[float], y: list[float], mistake: str = "") -> Tensor:
         return torch.tensor([y[0] / x[0] ** p, p], dtype=torch.float64)
     u = [math.log(v) for v in x] if mistake != "linear" else list(x)
     w = [math.log(v) for v in y] if mistake != "linear" else list(y)
+    if mistake == "no intercept":  # the line through the origin: log a = 0
+        return torch.tensor([1.0, sum(a * b for a, b in zip(u, w)) / sum(a * a for a in u)], dtype=torch.float64)
     n, su, sw = len(u), sum(u), sum(w)
     p = (n * sum(a * b for a, b in zip(u, w)) - su * sw) / (n * sum(a * a for a in u) - su**2)
     c = (sw - p * su) / n
@@ -178,6 +217,8 @@ def check_power_law_fit(power_law_fit: Callable) -> None:
             "return (a, p) in that order": _fit(x, y, "swapped"),
             "a is exp(intercept): the line fits log a": _fit(x, y, "log a"),
             "the slope through the two end points is not the least-squares line": _fit(x, y, "endpoints"),
+            "the line was forced through the origin: the design needs a column of ones for log a":
+                _fit(x, y, "no intercept"),
         }, atol=1e-6)
     passed("power_law_fit")
 

@@ -11,6 +11,7 @@ from torch import Tensor
 from ..attention_scores import scaled_dot_product_attention
 from ..multi_head import MultiHeadAttention, attend_heads, merge_heads, qk_matrix, split_heads, without_heads
 from . import call, compare, earlier_answers, exercise_check, passed
+from .bug_hints import compare_quietly, name_shape_bug
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
@@ -21,6 +22,8 @@ V = torch.tensor([[[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 2.0], [3.0, 3.0, 3.0, 3
 MASK = torch.tensor([[True, False, True], [True, True, False]])  # (T=2, S=3), True = may attend
 W_Q = torch.arange(16, dtype=torch.float64).reshape(4, 4) / 4  # (d_k=4, D=4), nn.Linear layout (out, in)
 W_K = torch.eye(4, dtype=torch.float64).flip(0) + 0.5 * torch.ones(4, 4, dtype=torch.float64)
+# B, T, H and d_head all differ here (2, 5, 3, 2), so each wrong order of the axes has a shape of its own
+SPLIT_PROBE = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6)
 
 
 def _strided(x: Tensor, n_heads: int) -> Tensor:
@@ -31,6 +34,13 @@ def _strided(x: Tensor, n_heads: int) -> Tensor:
 
 @exercise_check
 def check_split_into_heads(split_into_heads: Callable) -> None:
+    label = "split_into_heads(x, 3) with x of shape (2, 5, 6)"
+    name_shape_bug(label, call(label, split_into_heads, SPLIT_PROBE.clone(), 3), (2, 3, 5, 2), {
+        (2, 5, 3, 2): "the T and H axes were not swapped: after splitting the last axis into (H, d_head), "
+                      "transpose(1, 2) gives (B, H, T, d_head)",
+        (2, 15, 2): "the heads were joined along T (cat): stack them on a new axis 1 instead, (B, H, T, d_head)",
+        (5, 2, 3, 2): "transpose(0, 1) swaps B and T: the axes to swap are T and H, transpose(1, 2)",
+    })
     got = call("split_into_heads(X, 2)", split_into_heads, X.clone(), 2)
     B, T, D = X.shape
     compare("split_into_heads(X, 2)  (X: (1, 2, 4), rows [0 1 2 3] and [4 5 6 7]; want (1, 2, 2, 2))",
@@ -56,10 +66,11 @@ def reference_multi_head_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int,
 
 
 def _wrong_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None,
-                  full_scale: bool = False, flat_merge: bool = False) -> tuple[Tensor, Tensor]:
-    """Known mistakes: the scale of the full width, or merging the heads without swapping axes back."""
+                  full_scale: bool = False, flat_merge: bool = False, unscaled: bool = False) -> tuple[Tensor, Tensor]:
+    """Known mistakes: the scale of the full width, no scale, or merging the heads without swapping axes back."""
     B, T, D = q.shape
     scale = (D ** -0.5) / ((D // n_heads) ** -0.5) if full_scale else 1.0  # attend_heads divides by sqrt(d_head)
+    scale = (D // n_heads) ** 0.5 if unscaled else scale
     out, weights = attend_heads(q * scale, k, v, n_heads, mask)
     if flat_merge:  # the heads' outputs (B, H, T, d_head) flattened without swapping H and T back
         out = split_heads(out, n_heads).reshape(B, T, D)
@@ -80,7 +91,11 @@ def check_multi_head_attend(multi_head_attend: Callable) -> None:
                         _wrong_attend(Q, K, V, 2, None, full_scale=True)[1],
                     "softmax over the wrong axis: each row (one query, all keys) must sum to 1":
                         torch.softmax(split_heads(Q, 2) @ split_heads(K, 2).transpose(-2, -1) / 2 ** 0.5, -2),
+                    "the scores are not scaled: divide each head's scores by sqrt(d_head) = sqrt(D / H)":
+                        _wrong_attend(Q, K, V, 2, None, unscaled=True)[1],
                 })
+        name_shape_bug("output of multi_head_attend(Q, K, V, 2)", out, (1, 2, 4), {
+            (1, 2, 2, 2): "the heads were not merged: swap H and T back, then flatten (B, H, T, d) -> (B, T, H * d)"})
         compare("output of multi_head_attend(Q, K, V, 2)  (want shape (1, 2, 4): B, T, D)", out, want_out, {
             "merging: swap the H and T axes back before flattening (B, H, T, d) -> (B, T, H * d)":
                 _wrong_attend(Q, K, V, 2, None, flat_merge=True)[0],
@@ -90,9 +105,14 @@ def check_multi_head_attend(multi_head_attend: Callable) -> None:
         out, weights = call("multi_head_attend(Q, K, V, 2, MASK)", multi_head_attend, Q.clone(), K.clone(),
                              V.clone(), 2, MASK.clone())
         want_out, want_weights = reference_multi_head_attend(Q, K, V, 2, MASK)
+        scores = split_heads(Q, 2) @ split_heads(K, 2).transpose(-2, -1) / 2 ** 0.5  # (1, H, T, S), d_head = 2
         compare("weights with MASK (False = may not attend; the same mask for every head)", weights,
                 want_weights, {"the mask must hide keys: weight exactly 0 where MASK is False":
-                               reference_multi_head_attend(Q, K, V, 2)[1]})
+                               reference_multi_head_attend(Q, K, V, 2)[1],
+                               "the mask is inverted: True means may attend, so hide the keys where MASK is False "
+                               "(~mask)": reference_multi_head_attend(Q, K, V, 2, ~MASK)[1],
+                               "the masked scores were set to 0, which still gets weight e^0: set them to -inf":
+                                   torch.softmax(scores.masked_fill(~MASK, 0.0), -1)})
         compare("output with MASK", out, want_out)
     passed("multi_head_attend")
 
@@ -123,6 +143,8 @@ def check_qk_form(qk_form: Callable) -> None:
             W_Q[:, rows] @ W_K[:, rows].T,
         "take only head h's rows: W_Q^T @ W_K of the full matrices mixes every head": W_Q.T @ W_K,
         "head 1 is the second slice: rows 2 and 3 here": W_Q[0:2].T @ W_K[0:2],
+        "head h starts at row h * d_head, not at row h: rows 2 and 3 here": W_Q[1:3].T @ W_K[1:3],
+        "W_QK has no 1/sqrt(d_head): the scale divides the score, it is not part of the form": want / 2 ** 0.5,
     })
     passed("qk_form")
 
@@ -141,17 +163,25 @@ def check_silence_head(silence_head: Callable) -> None:
     rows_zeroed[0:2] = 0
     strided = w_out.clone()
     strided[:, 0::2] = 0
+    one_column = w_out.clone()
+    one_column[:, 0] = 0
     compare("silence_head(w_out, head=0, n_heads=2)  (w_out = 1..16 in a (4, 4) matrix)", got,
             reference_silence_head(w_out, 0, 2), {
                 "zero head h's COLUMNS h*d_head .. (h+1)*d_head - 1: out maps the concatenated heads "
                 "(columns) to D (rows)": rows_zeroed,
                 "head h owns consecutive columns, not every H-th": strided,
+                "head h owns d_head columns, h*d_head .. (h+1)*d_head - 1, not the single column h": one_column,
             })
     if not torch.equal(given, w_out):
         raise AssertionError("silence_head changed the matrix it was given: return a changed copy "
                              "(w_out.clone()), so the trained layer stays as it was. Likely bug: zeroed in place")
     got = call("silence_head(w_out, 1, 4)", silence_head, w_out.clone(), 1, 4)
     compare("silence_head(w_out, head=1, n_heads=4)", got, reference_silence_head(w_out, 1, 4))
+    from_h = w_out.clone()
+    from_h[:, 1:3] = 0
+    got = call("silence_head(w_out, 1, 2)", silence_head, w_out.clone(), 1, 2)
+    compare_quietly("silence_head(w_out, head=1, n_heads=2)", got, reference_silence_head(w_out, 1, 2), {
+        "head h starts at column h * d_head, not at column h: columns 2 and 3 here": from_h})
     passed("silence_head")
 
 

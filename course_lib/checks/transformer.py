@@ -10,6 +10,7 @@ from torch import Tensor
 from ..normalization import LayerNorm
 from ..transformer import BOS, Block, FeedForward, Transformer, TransformerConfig, exact_match, greedy_decode
 from . import call, compare, exercise_check, passed
+from .bug_hints import call_naming, compare_quietly, name_shape_bug
 from .hand_in import Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
@@ -27,13 +28,20 @@ def _relu(x: Tensor) -> Tensor:
 
 @exercise_check
 def check_feed_forward(feed_forward: Callable) -> None:
-    got = call("feed_forward(x, w1, b1, w2, b2)", feed_forward, X_FFN, W1, B1, W2, B2)
+    got = call_naming("feed_forward(x, w1, b1, w2, b2)", feed_forward, X_FFN, W1, B1, W2, B2, bugs={
+        "Boolean value of Tensor": "Python's max(0, h) compares whole tensors: use torch.clamp(h, min=0) or "
+                                   "torch.relu(h)",
+        # x is (2, 2) and w1 (2, 3): these are the shapes of x @ w1.T and of w1 @ x
+        "(2x2 and 3x2)": "w1 is (D, d_ff) here, so the hidden layer is x @ w1: the .T is for nn.Linear's (out, in) "
+                         "weights",
+        "(2x3 and 2x2)": "the rows of x are the tokens: the hidden layer is x @ w1, x on the left",
+    })
     hidden = X_FFN @ W1 + B1  # (2, 3)
     compare("feed_forward(x, w1, b1, w2, b2) on x = [[1, -1], [0.5, 2]]", got, _relu(hidden) @ W2 + B2, {
         "no ReLU: the hidden layer must be max(0, x w1 + b1)": hidden @ W2 + B2,
         "a ReLU on the output too: only the hidden layer has one": _relu(_relu(hidden) @ W2 + B2),
         "b1 added after the ReLU: it belongs inside, max(0, x w1 + b1)": (_relu(X_FFN @ W1) + B1) @ W2 + B2,
-        "b2 forgotten": _relu(hidden) @ W2,
+        "b2 forgotten: the output is max(0, x w1 + b1) w2 + b2": _relu(hidden) @ W2,
     })
     row = call("feed_forward on one row", feed_forward, X_FFN[1:], W1, B1, W2, B2)
     compare("the same on row 1 alone (the FFN acts on each token by itself)", row, got[1:])
@@ -82,15 +90,15 @@ def _toy_decoder(prefix: Tensor) -> Tensor:
     return torch.nn.functional.one_hot(favourite, 5).double() * 4.0  # (B, t, 5)
 
 
-def _greedy_with(decoder: Callable, bos: Tensor, steps: int, row: str = "last", keep_bos: bool = False,
-                 grow: bool = True) -> Tensor:
+def _greedy_with(decoder: Callable, bos: Tensor, steps: int, row: str = "last", keep_bos: bool = False) -> Tensor:
+    """(B, steps) greedy tokens, or what reading the first row or keeping bos returns."""
     prefix = bos
     out = []
     for _ in range(steps):
         logits = decoder(prefix)
         token = (logits[:, -1] if row == "last" else logits[:, 0]).argmax(-1, keepdim=True)
         out.append(token)
-        prefix = torch.cat([prefix, token], 1) if grow else prefix
+        prefix = torch.cat([prefix, token], 1)
     tokens = torch.cat(out, 1)
     return torch.cat([bos, tokens], 1)[:, : steps] if keep_bos else tokens
 
@@ -98,24 +106,68 @@ def _greedy_with(decoder: Callable, bos: Tensor, steps: int, row: str = "last", 
 @exercise_check
 def check_greedy_tokens(greedy_tokens: Callable) -> None:
     bos = torch.tensor([[0], [2]])  # two sequences with different first tokens
-    got = call("greedy_tokens(decoder, bos, 4)", greedy_tokens, _toy_decoder, bos, 4)
-    compare("greedy_tokens(toy_decoder, bos=[[0], [2]], steps=4)", got, _greedy_with(_toy_decoder, bos, 4), {
-        "the logits of the FIRST row were used: the next token is read from the last row, logits[:, -1]":
-            _greedy_with(_toy_decoder, bos, 4, row="first"),
-        "the start token is in the answer: return only the `steps` new tokens":
-            _greedy_with(_toy_decoder, bos, 4, keep_bos=True),
-        "the prefix never grows: append each chosen token before the next step":
-            _greedy_with(_toy_decoder, bos, 4, grow=False),
+    lengths: list[int] = []  # the length of every prefix the decoder was run on
+
+    def toy_decoder(prefix: Tensor) -> Tensor:
+        logits = _toy_decoder(prefix)
+        lengths.append(prefix.shape[1])
+        return logits
+
+    label = "greedy_tokens(toy_decoder, bos=[[0], [2]], steps=4)"
+    got = call_naming(label, greedy_tokens, toy_decoder, bos, 4, bugs={
+        "must have same number of dimensions": "the chosen tokens have shape (B,): append them as a (B, 1) column, "
+                                               "argmax(-1, keepdim=True)"})
+    starts_with_bos = isinstance(got, Tensor) and got.dim() == 2 and torch.equal(got[:, :1], bos)
+    name_shape_bug(label, got, (2, 4), {
+        (2, 5): "the start token is in the answer: return only the `steps` new tokens, prefix[:, 1:]"
+        if starts_with_bos else "one token too many: run the decoder `steps` times",
+        (2, 3): "one token short: run the decoder `steps` times, one new token each",
     })
+    # Reading row 0 and never growing the prefix give the same tokens: what the decoder saw tells them apart.
+    bugs = {}
+    if isinstance(got, Tensor) and max(lengths, default=0) <= 1:
+        bugs["the decoder only ever saw a prefix of length 1: append each chosen token to the prefix and run "
+             "the decoder on the whole prefix"] = got
+    bugs["the start token is in the answer: return only the `steps` new tokens"] = _greedy_with(
+        _toy_decoder, bos, 4, keep_bos=True)
+    if max(lengths, default=0) > 1:
+        bugs["the logits of the FIRST row were used: the next token is read from the last row, logits[:, -1]"] = (
+            _greedy_with(_toy_decoder, bos, 4, row="first"))
+    compare(label, got, _greedy_with(_toy_decoder, bos, 4), bugs)
     passed("greedy_tokens")
+
+
+# Not printed when right: rows 0 and 1 all right, rows 2 and 3 wrong in their first token only, so each
+# usual mistake gives a number of its own (rows: 0.5, tokens: 10/12, columns: 2/3, any token: 1, count: 2).
+PROBE_PREDICTED = torch.tensor([[1, 2, 3], [1, 2, 3], [0, 2, 3], [0, 2, 3]])
+PROBE_ANSWER = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 3]])
+
+
+def _as_share(got: object) -> object:
+    """A float, a 0-d tensor or a numpy number as a float64 tensor, for compare."""
+    return torch.as_tensor(got, dtype=torch.float64) if not isinstance(got, Tensor) else got.double()
 
 
 @exercise_check
 def check_exact_match_rate(exact_match_rate: Callable) -> None:
     predicted = torch.tensor([[1, 2, 3], [1, 2, 4], [3, 2, 1], [0, 0, 0]])
     answer = torch.tensor([[1, 2, 3], [1, 2, 3], [3, 2, 1], [1, 1, 1]])
+    label = "exact_match_rate on 4 rows, 2 all right and 2 wrong in their first token"
+    got = call_naming(label, exact_match_rate, PROBE_PREDICTED, PROBE_ANSWER, bugs={
+        "could not infer output dtype": "the mean of a bool tensor: convert it first, e.g. .double().mean()"})
+    compare_quietly(label, _as_share(got), torch.tensor(0.5, dtype=torch.float64), {
+        "this is the share of right TOKENS (10 of 12); count a row only if all of it is right":
+            torch.tensor(10 / 12, dtype=torch.float64),
+        "all(0) asks whether each COLUMN (position) is right in every row; a row is right when .all(-1)":
+            torch.tensor(2 / 3, dtype=torch.float64),
+        "a row counts if ANY token is right (4 of 4); it must be all": torch.tensor(1.0, dtype=torch.float64),
+        "the number of right rows, not their share": torch.tensor(2.0, dtype=torch.float64),
+        "only a batch right in every token counts (torch.equal, or .all() with no axis): count the rows, .all(-1)":
+            torch.tensor(0.0, dtype=torch.float64),
+        "a percentage: return the share, from 0 to 1": torch.tensor(50.0, dtype=torch.float64),
+    })
     got = call("exact_match_rate(predicted, answer)", exact_match_rate, predicted, answer)
-    got = torch.as_tensor(got, dtype=torch.float64) if not isinstance(got, Tensor) else got.double()
+    got = _as_share(got)
     compare("exact_match_rate on 4 rows, 2 exactly right", got, torch.tensor(0.5, dtype=torch.float64), {
         "this is the share of right TOKENS (8 of 12); count a row only if all of it is right":
             torch.tensor(8 / 12, dtype=torch.float64),
