@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
 from . import compare, earlier_answers, exercise_check, passed
+from .bug_hints import BROADCAST_ERROR, call_naming, name_shape_bug, results_in_order
 from .hand_in import ATTENTION_OPS, SOFTMAX_OPS, Case, Exercise
 
 # Tiny inputs the learner can work out by hand.
@@ -19,50 +20,9 @@ K = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.
 V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
 MASK = torch.tensor([[True, True, False], [False, False, False]])
 WEIGHTS = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
-# torch's error when a row statistic lost its axis, e.g. (2, 3) - (2,): "The size of tensor a (3) must match ..."
-BROADCAST_ERROR = "must match the size of tensor"
-
-
-def call_naming(label: str, fn: Callable, *args, errors: Mapping[str, str]) -> object:
-    """Run the learner's function; an exception whose "Type: message" contains a key of `errors`
-    fails the check naming that key's likely bug. Any other exception is left to exercise_check,
-    which names it and its line, so a hint is given only for the mistake it describes."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, AssertionError):
-        raise  # a stub, or a check failure from inside (an input changed in place): already named
-    except Exception as error:
-        text = f"{type(error).__name__}: {error}"
-        hint = next((hint for words, hint in errors.items() if words in text), None)
-        if hint is None:
-            raise
-        raise AssertionError(f"{label} raised {text}. Likely bug: {hint}") from None
-
-
-def shape_hint(name: str, got: object, expected: Tensor, hints: Mapping[tuple[int, ...], str]) -> None:
-    """Name the mistake a telling wrong shape gives away (rows and columns swapped, keepdim=True, ...)."""
-    if isinstance(got, Tensor) and got.shape != expected.shape and tuple(got.shape) in hints:
-        print(f"{name}\n  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
-        raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}. "
-                             f"Likely bug: {hints[tuple(got.shape)]}")
-
-
-def results_in_order(name: str, got: object, ref_out: Tensor, ref_weights: Tensor) -> None:
-    """Name a (weights, output) returned for (output, weights): each has the other's shape.
-
-    The shapes alone decide (they differ in every check that uses this), so an answer that also
-    has another bug still learns the order first."""
-    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, Tensor) for x in got)):
-        return
-    if got[0].shape == ref_weights.shape and got[1].shape == ref_out.shape and ref_out.shape != ref_weights.shape:
-        raise AssertionError(f"{name} returned (weights, output): the first result has the weights' shape "
-                             f"{tuple(ref_weights.shape)}, the second the output's {tuple(ref_out.shape)}. "
-                             "Likely bug: the results in the wrong order; return (output, weights)")
-
-
 @exercise_check
 def check_softmax_rows(softmax_rows: Callable) -> None:
-    got = call_naming("softmax_rows(LOGITS)", softmax_rows, LOGITS.clone(), errors={
+    got = call_naming("softmax_rows(LOGITS)", softmax_rows, LOGITS.clone(), bugs={
         BROADCAST_ERROR: "a row's max or sum lost its axis: x.amax(-1) and .sum(-1) of the (2, 3) LOGITS have "
                          "shape (2,), which does not broadcast against the rows; keep it (2, 1) with keepdim=True"})
     shifted_by_all = torch.exp(LOGITS - LOGITS.max())  # the first row's exps, exp(-999) and less, are all 0
@@ -79,11 +39,11 @@ def check_softmax_rows(softmax_rows: Callable) -> None:
 
 @exercise_check
 def check_score_matrix(score_matrix: Callable) -> None:
-    got = call_naming("score_matrix(Q, K)", score_matrix, Q.clone(), K.clone(), errors={
+    got = call_naming("score_matrix(Q, K)", score_matrix, Q.clone(), K.clone(), bugs={
         "cannot be multiplied": "k must be transposed: q (T, d_k) @ k.transpose(-2, -1) (d_k, S) pairs every query "
                                 "with every key"})
     expected = attention_scores(Q, K)
-    shape_hint("score_matrix(Q, K)", got, expected, {
+    name_shape_bug("score_matrix(Q, K)", got, expected.shape, {
         (3, 2): "rows and columns swapped: k @ q^T is (S, T); the scores are q @ k^T, row t for query t"})
     compare("score_matrix(Q, K)", got, expected, {
         "did you divide by sqrt(d_k)? d_k = 4 here, so every score should be half the dot product":
@@ -135,7 +95,7 @@ def check_attend(attend: Callable) -> None:
 def check_row_entropy(row_entropy: Callable) -> None:
     got = row_entropy(WEIGHTS.clone())
     expected = entropy(WEIGHTS)
-    shape_hint("row_entropy(WEIGHTS)", got, expected, {
+    name_shape_bug("row_entropy(WEIGHTS)", got, expected.shape, {
         (4,): "summed over the wrong axis: WEIGHTS is (3, 4), one row of 4 weights per query; sum over the last "
               "axis, .sum(-1)",
         (3, 1): "keepdim=True: the entropy of each row is one number, shape (...) without the last axis"})

@@ -4,6 +4,7 @@
   fixed hint to any error; this one adds the hint whose key the error's own message contains
   (Python's `max(0, h)` on a tensor raises "Boolean value of Tensor ... is ambiguous"), so an
   error it does not know gets no hint rather than a wrong one.
+- `results_in_order`: (weights, output) returned for (output, weights), told by their shapes.
 - `name_shape_bug`: `compare` says only "expected shape (2, 4), got (2, 5)"; some wrong shapes
   are the mark of one mistake (the start token kept: one column too many), and this names it.
 - `compare_quietly`: an extra case that tells two mistakes apart. It prints nothing when the
@@ -18,25 +19,48 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 
-from . import call, compare
+from . import compare
+
+
+# torch's error when a row statistic lost its axis, e.g. (2, 3) - (2,): "The size of tensor a (3) must match ..."
+BROADCAST_ERROR = "must match the size of tensor"
 
 
 def call_naming(label: str, fn: Callable, *args, bugs: Mapping[str, str]) -> object:
-    """`call(label, fn, *args)`; when it fails, add the hint of the first key of `bugs` its message contains."""
+    """Run the learner's function; an exception whose "Type: message" contains a key of `bugs`
+    fails the check naming that key's likely bug. Any other exception is left to exercise_check,
+    which names it and its line, so a hint is given only for the mistake it describes."""
     try:
-        return call(label, fn, *args)
-    except AssertionError as error:  # call's own message: "<label> raised <Type>: <message>"
-        hint = next((hint for words, hint in bugs.items() if words in str(error)), None)
+        return fn(*args)
+    except (NotImplementedError, AssertionError):
+        raise  # a stub, or a check failure from inside (an input changed in place): already named
+    except Exception as error:
+        text = f"{type(error).__name__}: {error}"
+        hint = next((hint for words, hint in bugs.items() if words in text), None)
         if hint is None:
             raise
-        raise AssertionError(f"{error}. Likely bug: {hint}") from None
+        raise AssertionError(f"{label} raised {text}. Likely bug: {hint}") from None
 
 
 def name_shape_bug(name: str, got: object, expected: tuple[int, ...], bugs: Mapping[tuple[int, ...], str]) -> None:
     """Raise, naming the bug, when `got` is a tensor whose shape is one of `bugs`' keys (and not `expected`)."""
-    shape = tuple(got.shape) if isinstance(got, Tensor) else None
-    if shape != tuple(expected) and shape in bugs:
-        raise AssertionError(f"{name}: expected shape {tuple(expected)}, got {shape}. Likely bug: {bugs[shape]}")
+    shape, expected = (tuple(got.shape) if isinstance(got, Tensor) else None), tuple(expected)
+    if shape != expected and shape in bugs:
+        print(f"{name}\n  expected shape: {expected}\n  got shape:      {shape}")
+        raise AssertionError(f"{name}: expected shape {expected}, got {shape}. Likely bug: {bugs[shape]}")
+
+
+def results_in_order(name: str, got: object, ref_out: Tensor, ref_weights: Tensor) -> None:
+    """Name a (weights, output) returned for (output, weights): each has the other's shape.
+
+    The shapes alone decide (they differ in every check that uses this), so an answer that also
+    has another bug still learns the order first."""
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, Tensor) for x in got)):
+        return
+    if got[0].shape == ref_weights.shape and got[1].shape == ref_out.shape and ref_out.shape != ref_weights.shape:
+        raise AssertionError(f"{name} returned (weights, output): the first result has the weights' shape "
+                             f"{tuple(ref_weights.shape)}, the second the output's {tuple(ref_out.shape)}. "
+                             "Likely bug: the results in the wrong order; return (output, weights)")
 
 
 def compare_quietly(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, Tensor] | None = None,

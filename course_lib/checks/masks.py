@@ -11,7 +11,7 @@ from torch import Tensor
 from ..attention_scores import Attention, attention_scores, scaled_dot_product_attention, softmax
 from ..masks import AdditiveScorer, additive_attention, causal_mask, combine_masks, cross_attention, padding_mask
 from . import compare, earlier_answers, exercise_check, passed
-from .attention_scores import BROADCAST_ERROR, call_naming, results_in_order
+from .bug_hints import BROADCAST_ERROR, call_naming, results_in_order
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 
@@ -138,7 +138,7 @@ def reference_additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w:
 def check_additive_scores(additive_scores: Callable) -> None:
     args = (Q_ADD, K_ADD, W_Q_ADD, W_K_ADD, W_ADD)
     expected = reference_additive_scores(*args)
-    got = call_naming("additive_scores(q, k, w_q, w_k, w)", additive_scores, *(a.clone() for a in args), errors={
+    got = call_naming("additive_scores(q, k, w_q, w_k, w)", additive_scores, *(a.clone() for a in args), bugs={
         BROADCAST_ERROR: "q @ w_q is (T, h) and k @ w_k is (S, h): add them as (..., T, 1, h) + (..., 1, S, h), "
                          "(q @ w_q)[..., :, None, :] + (k @ w_k)[..., None, :, :], to pair every query with every key"})
     _shape_first("additive_scores(q, k, w_q, w_k, w)", got, expected, {

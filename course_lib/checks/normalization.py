@@ -11,6 +11,7 @@ from torch import Tensor
 from ..normalization import (BatchNorm, LayerNorm, RMSNorm, batch_norm, batch_statistics, layer_norm, normalize,
                              rms_norm)
 from . import compare, earlier_answers, exercise_check, passed
+from .bug_hints import name_shape_bug
 from .hand_in import NORM_OPS, Case, Exercise
 
 
@@ -40,13 +41,6 @@ def _pair(name: str, got: object) -> tuple[object, object]:
     return got
 
 
-def _shape_hint(name: str, got: object, expected: Tensor, hints: dict[tuple[int, ...], str]) -> None:
-    """Name the axis mistake when the answer has a telling wrong shape."""
-    if isinstance(got, Tensor) and got.shape != expected.shape and tuple(got.shape) in hints:
-        print(f"{name}\n  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
-        raise AssertionError(f"{name}: wrong shape. Likely bug: {hints[tuple(got.shape)]}")
-
-
 @exercise_check
 def check_batch_stats(batch_stats: Callable) -> None:
     got_mean, got_var = _pair("batch_stats(X)", batch_stats(X.clone()))
@@ -55,9 +49,9 @@ def check_batch_stats(batch_stats: Callable) -> None:
              (3, 2): "you averaged over the batch axis only; BatchNorm averages over batch AND positions",
              (2, 2): "you averaged over the positions only; BatchNorm averages over batch AND positions",
              (1, 2): "keepdim=True: mean and var hold one number per feature, shape (D,)"}
-    _shape_hint("mean of batch_stats(X)", got_mean, mean, hints)
+    name_shape_bug("mean of batch_stats(X)", got_mean, mean.shape, hints)
     compare("mean of batch_stats(X), one per feature", got_mean, mean)
-    _shape_hint("var of batch_stats(X)", got_var, var, hints)
+    name_shape_bug("var of batch_stats(X)", got_var, var.shape, hints)
     compare("var of batch_stats(X), one per feature", got_var, var, {
         "unbiased variance (divides by n - 1, torch.var's default)? BatchNorm normalizes with the biased one":
             _flat(X).var(0),
@@ -136,7 +130,7 @@ def check_layer_norm_rows(layer_norm_rows: Callable) -> None:
     for eps in (1e-5, BIG_EPS):
         got = layer_norm_rows(ROWS.clone(), GAMMA4.clone(), BETA4.clone(), eps)
         mean, var = ROWS.mean(-1, keepdim=True), ROWS.var(-1, unbiased=False, keepdim=True)
-        _shape_hint(f"layer_norm_rows(ROWS, GAMMA4, BETA4, eps={eps})", got, ROWS, {
+        name_shape_bug(f"layer_norm_rows(ROWS, GAMMA4, BETA4, eps={eps})", got, ROWS.shape, {
             (4,): "the statistics need keepdim=True so they broadcast back over the features"})
         compare(f"layer_norm_rows(ROWS, GAMMA4, BETA4, eps={eps})", got, layer_norm(ROWS, GAMMA4, BETA4, eps), {
             "unbiased variance (torch.var's default divides by D - 1)? LayerNorm uses the biased one":

@@ -14,7 +14,7 @@ from ..permutation import EncoderBlockParams, bias_after_norm, encoder_block
 from ..permutation import equivariance_gap as reference_gap
 from ..permutation import inverse_permutation, match_rows, permute_tokens, self_attention
 from . import call, compare, earlier_answers, exercise_check, passed
-from .attention_scores import results_in_order
+from .bug_hints import results_in_order
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 

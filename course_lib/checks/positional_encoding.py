@@ -12,7 +12,7 @@ from ..positional_encoding import (LearnedPositionalEmbedding, RotaryPositions, 
                                    apply_rope, block_rotation, frequencies, rotate_pairs, shift_matrix,
                                    sinusoidal_encoding)
 from . import call, compare, exercise_check, passed
-from .attention_scores import BROADCAST_ERROR, call_naming
+from .bug_hints import BROADCAST_ERROR, call_naming
 from .hand_in import Case, Exercise, Raises
 
 # Tiny inputs the learner can follow by hand.
@@ -158,7 +158,7 @@ def _rope_with(x: Tensor, sign: float = 1.0, one_speed: bool = False) -> Tensor:
 @exercise_check
 def check_add_learned_positions(add_learned_positions: Callable) -> None:
     got = call_naming("add_learned_positions(X_SEQ, TABLE)", add_learned_positions, X_SEQ.clone(), TABLE.clone(),
-                      errors={"ValueError": "a sequence as long as the table fits (3 positions, 3 rows): "
+                      bugs={"ValueError": "a sequence as long as the table fits (3 positions, 3 rows): "
                                             "refuse only T > max_len",
                               BROADCAST_ERROR: "add the first T rows of the table, T = x.shape[-2]: positions are "
                                                "the second-to-last axis of x, after any batch dimensions"})
