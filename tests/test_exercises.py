@@ -10,6 +10,7 @@ tests, which refuse them credit, can catch them.)
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 
 from exercise_harness import exercise_names, mutants, outcome, solution_sets
@@ -52,14 +53,91 @@ def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise
 
 
 def test_a_failed_check_renders_as_its_message_alone():
-    from course_lib.checks import CheckFailed
+    from course_lib.checks import WIDTH, CheckFailed
     from course_lib.checks.attention_scores import check_softmax_rows
 
     with pytest.raises(CheckFailed) as caught:
         check_softmax_rows(lambda x: x.exp() / x.exp().sum(0))
     assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
-    assert caught.value._render_traceback_() == [f"\x1b[31m{caught.value}\x1b[0m"]
+    rendered = caught.value._render_traceback_()
+    assert all(line.startswith("\x1b[31m") and line.endswith("\x1b[0m") for line in rendered)
+    shown = [line.removeprefix("\x1b[31m").removesuffix("\x1b[0m") for line in rendered]
+    # The message's own words and nothing else (no traceback through course_lib), in lines that fit.
+    assert " ".join(shown).split() == str(caught.value).split()
+    assert max(len(line) for line in shown) <= WIDTH
     assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
+    assert "\n  expected: [[" in str(caught.value) and "\n  got:      [[" in str(caught.value)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_failure_fits_the_validate_dialog(set_name):
+    """nbgrader's Validate indents each line of a failure by 4 and cuts it at 87 characters: every
+    known-wrong answer's message, as the notebook shows it, fits in WIDTH = 80, cut at word boundaries."""
+    from course_lib.checks import WIDTH, CheckFailed
+
+    for exercise, known in mutants(set_name).items():
+        for mutant, answer in known.items():
+            result = outcome(set_name, exercise, answer)
+            if result.check_passed:
+                continue
+            kind, message = result.messages[0].split(": ", 1)
+            assert kind == "CheckFailed", result.messages
+            shown = [line[5:-4] for line in CheckFailed(message)._render_traceback_()]
+            assert " ".join(shown).split() == message.split()
+            assert max(len(line) for line in shown) <= WIDTH, f"{exercise} [{mutant}]:\n" + "\n".join(shown)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_a_passing_check_prints_one_green_line(set_name):
+    """The committed outputs of the solutions (nbval makes them reproduce): each check cell prints
+    exactly its green success line, and nothing of the tensors compared."""
+    from exercise_harness import solution_notebook
+
+    nb = nbformat.read(solution_notebook(set_name), as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if grade_id.endswith("_check"):
+            printed = "".join(o.get("text", "") for o in cell.outputs)
+            assert printed == f"\x1b[32m✔ {grade_id.removesuffix('_check')}: passed\x1b[0m\n", (grade_id, printed)
+
+
+def test_validate_prints_every_failure_whole(tmp_path):
+    """`nbgrader validate`, which the Validate button runs, on set 01 with two wrong answers and a
+    stub: each failure is shown whole, in lines that Validate does not cut (it cuts at 87 characters,
+    after a 4-space indent, and ends the line with '...')."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from course_lib.checks import WIDTH
+    from exercise_harness import ROOT, solution_notebook
+
+    set_name = "01_attention_scores"
+    solution = {c.metadata["nbgrader"]["grade_id"]: c.source
+                for c in nbformat.read(solution_notebook(set_name), as_version=4).cells}
+    nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    wrong = {"softmax_rows": mutants(set_name)["softmax_rows"]["wrong axis"],
+             "attend": mutants(set_name)["attend"]["mask applied after softmax"]}
+    for cell in nb.cells:
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        if cell.metadata["nbgrader"].get("solution") and grade_id != "row_entropy":  # row_entropy stays a stub
+            cell.source = wrong.get(grade_id, re.sub(r" *### (BEGIN|END) SOLUTION\n", "", solution[grade_id]))
+    nbformat.write(nb, tmp_path / f"{set_name}.ipynb")
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", f"{set_name}.ipynb"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    printed = run.stdout
+    assert "VALIDATION FAILED ON 3 CELL(S)" in " ".join(printed.split()), printed
+    lines = [line for line in printed.splitlines() if set(line) != {"="}]
+    assert max(len(line) for line in lines) <= 4 + WIDTH, printed
+    words = " ".join(printed.split())
+    for whole in ("softmax_rows(LOGITS): wrong values. Likely bug: softmax over the wrong axis? Each row (last "
+                  "dimension) must sum to 1 expected: [[0.09, 0.2447, 0.6652], [0.5, 0.5, 0.0]]",
+                  "Likely bug: mask applied after the softmax? Masked scores must become -inf before it, so the "
+                  "rest renormalize", "`row_entropy` is not written yet"):
+        assert whole in words, printed
 
 
 # Ready-made code under a name no reading of the source catches: refused by what runs.
@@ -132,3 +210,4 @@ def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
     result = outcome("01_attention_scores", "softmax_rows", answer)
     assert not result.check_passed and not result.hidden_passed
     assert "right values but dtype torch.float64, expected torch.float32" in result.messages[0]
+

@@ -1,10 +1,11 @@
 """Visible checks for the exercise notebooks (one module per exercise set).
 
-A check runs the learner's function on a tiny input, prints what was expected and what
-came, names the likely bug when the answer matches a known mistake, and ends with
-"passed". It raises CheckFailed (an AssertionError, so nbgrader's tests fail too) whose
-`_render_traceback_` makes IPython show only the short message, not the check's internals.
-An unanswered stub (`raise NotImplementedError()`) gets a message saying what to do.
+A check runs the learner's function on a tiny input. A right answer prints one green line,
+"✔ <exercise>: passed". A wrong one raises CheckFailed (an AssertionError, so nbgrader's tests
+fail too): what is wrong, the likely bug when the answer matches a known mistake, and the
+expected vs the got values. Its `_render_traceback_` makes IPython show only that message, not
+the check's internals, wrapped to fit nbgrader's Validate dialog. An unanswered stub
+(`raise NotImplementedError()`) gets a message saying what to do.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dis
 import functools
 import inspect
 import sys
+import textwrap
 import traceback
 import weakref
 from types import CodeType
@@ -25,11 +27,31 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 
+# nbgrader's Validate prints each line of a failure after a 4-space indent and cuts what passes
+# 87 characters; 80 leaves a margin, and fits a notebook's output area too.
+WIDTH = 80
+RED, GREEN, PLAIN = "\x1b[31m", "\x1b[32m", "\x1b[0m"
+
+
+def wrap(text: str, width: int = WIDTH) -> list[str]:
+    """The lines of `text`, each wrapped at word boundaries to `width`, keeping its indent."""
+    lines = []
+    for line in text.splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    return lines
+
+
 class CheckFailed(AssertionError):
-    """A failed check: IPython shows its message alone (no traceback through course_lib)."""
+    """A failed check: IPython shows its message alone (no traceback through course_lib).
+
+    The message keeps each sentence on one line (tests and hints search it whole); only
+    what IPython shows is wrapped.
+    """
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31m{line}\x1b[0m" for line in str(self).splitlines()]
+        return [f"{RED}{line}{PLAIN}" for line in wrap(str(self))]
 
 
 def _where_in_your_code(error: BaseException) -> str:
@@ -138,8 +160,8 @@ def call(label: str, fn: Callable, *args, hint: str = ""):
     """Run the learner's function; turn an exception into a check failure that names it."""
     try:
         return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
+    except (NotImplementedError, CheckFailed):
+        raise  # an unanswered stub, or an input changed in place: exercise_check says so
     except Exception as error:  # the learner sees their own error, plus the likely cause
         raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
                              + (f". Likely bug: {hint}" if hint else "")) from None
@@ -151,10 +173,30 @@ def _fmt(x: object) -> str:
     return repr(x)
 
 
+def _cut(text: str, room: int) -> str:
+    """`text` if it fits in `room` characters, else its start up to an element boundary, then '...'."""
+    if len(text) <= room:
+        return text
+    cut = text.rfind(", ", 0, room - 5)
+    return (text[:cut + 1] if cut > 0 else text[:room - 4]) + " ..."
+
+
+def _expected_and_got(got: Tensor, expected: Tensor, atol: float) -> str:
+    """Two lines, expected and got, each cut to fit WIDTH; when cut, a third names the first wrong entry."""
+    room = WIDTH - len("  expected: ")
+    lines = [f"  expected: {_cut(_fmt(expected), room)}", f"  got:      {_cut(_fmt(got), room)}"]
+    wrong = ~torch.isclose(got.to(expected.dtype), expected, atol=atol, rtol=1e-4)
+    if any(line.endswith("...") for line in lines) and wrong.any():
+        index = tuple(int(i) for i in wrong.nonzero()[0])
+        lines.append(f"  first wrong entry, at {list(index)}: expected {_fmt(expected[index])}, "
+                     f"got {_fmt(got[index])}")
+    return "\n".join(lines)
+
+
 def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, Tensor] | None = None,
             atol: float = 1e-5) -> None:
-    """Raise AssertionError with expected vs got (and the matching known bug) unless close."""
-    print(f"{name}\n  expected: {_fmt(expected)}\n  got:      {_fmt(got)}")
+    """Return quietly if `got` is close to `expected`; else raise CheckFailed with the matching known bug
+    and expected vs got."""
     if not isinstance(got, Tensor):
         raise CheckFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
     if got.shape != expected.shape:
@@ -166,13 +208,15 @@ def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, 
                               "input's dtype: make new tensors with dtype=x.dtype (torch.tensor, torch.zeros and "
                               "torch.arange give float32 otherwise) and leave out .double() or .float()")
         return
+    values = _expected_and_got(got, expected, atol)
     for hint, wrong in (likely_bugs or {}).items():
         if wrong.shape == got.shape and torch.allclose(got.to(wrong.dtype), wrong, atol=atol, rtol=1e-4, equal_nan=True):
-            raise CheckFailed(f"{name}: wrong values. Likely bug: {hint}")
+            raise CheckFailed(f"{name}: wrong values. Likely bug: {hint}\n{values}")
     if torch.isnan(got).any():
-        raise CheckFailed(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row")
+        raise CheckFailed(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row\n"
+                          f"{values}")
     hints = "; ".join(likely_bugs or {}) or "compare your formula with the text above"
-    raise CheckFailed(f"{name}: wrong values. Things to check: {hints}")
+    raise CheckFailed(f"{name}: wrong values. Things to check: {hints}\n{values}")
 
 
 @contextlib.contextmanager
@@ -194,7 +238,8 @@ def earlier_answers(fn: Callable, **references: Callable) -> Iterator[None]:
 
 
 def passed(name: str) -> None:
-    print(f"{name}: passed")
+    """The one line a right answer prints, green in the notebook."""
+    print(f"{GREEN}✔ {name}: passed{PLAIN}")
 
 
 def _code_objects(code: CodeType) -> Iterator[CodeType]:
@@ -265,3 +310,4 @@ def _refuse_what_ran(fn: Callable, forbidden_names: set[str], forbidden_objects:
         if _code_of(obj) & codes:
             raise CheckFailed(f"{fn.__name__} runs the course's own `{getattr(obj, '__name__', obj)}` (under whatever "
                               "name it was called): this exercise asks you to write it yourself, so it earns no credit")
+

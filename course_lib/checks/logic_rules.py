@@ -103,10 +103,10 @@ def check_composition_unembedding(composition_unembedding: Callable) -> None:
                 "to the same token column": _unembedding(SMALL_RULES, SMALL_RELATIONS, 0.5, "assign"),
             })
     answers = _readout_answers(got, SMALL_RULES, SMALL_RELATIONS, 0.5)
-    print(f"nearest relation for father sister, father father, sister father\n  expected: "
-          f"['aunt', 'grandfather', 'father']\n  got:      {answers}")
     if answers != ["aunt", "grandfather", "father"]:
-        raise AssertionError("the unembedding does not read the composed relation from the mix")
+        raise AssertionError("the unembedding does not read the composed relation from the mix\n"
+                             "  nearest relation for father sister, father father, sister father\n"
+                             f"  expected: ['aunt', 'grandfather', 'father']\n  got:      {answers}")
     passed("composition_unembedding")
 
 

@@ -43,8 +43,8 @@ def _pair(name: str, got: object) -> tuple[object, object]:
 def _shape_hint(name: str, got: object, expected: Tensor, hints: dict[tuple[int, ...], str]) -> None:
     """Name the axis mistake when the answer has a telling wrong shape."""
     if isinstance(got, Tensor) and got.shape != expected.shape and tuple(got.shape) in hints:
-        print(f"{name}\n  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
-        raise AssertionError(f"{name}: wrong shape. Likely bug: {hints[tuple(got.shape)]}")
+        raise AssertionError(f"{name}: wrong shape. Likely bug: {hints[tuple(got.shape)]}\n"
+                             f"  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
 
 
 @exercise_check
