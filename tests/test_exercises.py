@@ -101,6 +101,75 @@ def test_a_passing_check_prints_one_green_line(set_name):
             assert printed == f"\x1b[32m✔ {grade_id.removesuffix('_check')}: passed\x1b[0m\n", (grade_id, printed)
 
 
+def test_check_and_graded_cells_say_which_one_to_run():
+    """Every exercise shows two cells that call its check: the one to run says so in its first
+    line; the graded one says first that it is the instructor's and need not be run. The setup
+    cell binds the names by which a NameError handler tells whether it ran."""
+    from course_lib.checks import SETUP_NAMES
+    from exercise_harness import ROOT
+
+    for set_name in SETS:
+        nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+        setup: dict = {}
+        exec(nb.cells[1].source, setup)  # the first code cell
+        assert nb.cells[1].metadata["nbgrader"]["grade_id"] == "setup" and set(SETUP_NAMES) <= set(setup)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+            if grade_id.endswith("_check"):
+                assert cell.source.startswith("# Run this cell to check your answer.\n"), (set_name, grade_id)
+            if grade_id.endswith("_tests"):
+                assert cell.source.startswith("# Graded cell: when your work is graded, the instructor's hidden "
+                                              "tests run here.\n# You need not run it: it only repeats the check "
+                                              "above.\n"), (set_name, grade_id)
+            if grade_id.endswith(("_check", "_tests")):  # each imports its own check: see the next test
+                exercise = grade_id.rsplit("_", 1)[0]
+                assert f"import check_{exercise}\n\ncheck_{exercise}({exercise})" in cell.source
+
+
+def _run_in(kernel, source: str) -> tuple[str, list[str]]:
+    """Run `source` in a kernel as a notebook cell; what it printed, and its error's traceback lines."""
+    printed, traceback = [], []
+
+    def output(message: dict) -> None:
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+        elif message["msg_type"] == "error":
+            traceback.extend(message["content"]["traceback"])
+
+    kernel.execute_interactive(source, output_hook=output, timeout=60)
+    return "".join(printed), traceback
+
+
+def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
+    """A learner who skips the setup cell, in a real kernel: each NameError of a cell's own code
+    names, in one line, the cell to run first; other NameErrors keep Python's usual traceback."""
+    from jupyter_client.manager import start_new_kernel
+
+    from exercise_harness import ROOT
+
+    nb = nbformat.read(ROOT / "exercises" / "01_attention_scores" / "01_attention_scores.ipynb", as_version=4)
+    cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
+    answer = ("def softmax_rows(x: Tensor) -> Tensor:\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n"
+              "    return e / e.sum(-1, keepdim=True)")
+    manager, kernel = start_new_kernel(kernel_name="python3", cwd=str(ROOT / "exercises" / "01_attention_scores"))
+    try:
+        red = "\x1b[31m{}\x1b[0m".format
+        assert _run_in(kernel, cell["softmax_rows_check"])[1] == [
+            red("Run the first code cell (setup) first, then your `softmax_rows` cell.")]
+        assert _run_in(kernel, answer)[1] == [red("`Tensor` is not defined: run the first code cell (setup) first.")]
+        assert _run_in(kernel, cell["setup"]) == ("", [])
+        assert _run_in(kernel, cell["softmax_rows_tests"])[1] == [
+            red("Run the cell with your `softmax_rows` first: it is not defined yet.")]
+        assert _run_in(kernel, answer) == ("", [])
+        assert _run_in(kernel, cell["softmax_rows_check"]) == ("\x1b[32m✔ softmax_rows: passed\x1b[0m\n", [])
+        # Not a check cell, and the setup ran: Python's own traceback, which points at the line.
+        usual = "\n".join(_run_in(kernel, "print(an_undefined_name)")[1])
+        assert "NameError" in usual and "an_undefined_name" in usual and "setup" not in usual
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
 def test_validate_prints_every_failure_whole(tmp_path):
     """`nbgrader validate`, which the Validate button runs, on set 01 with two wrong answers and a
     stub: each failure is shown whole, in lines that Validate does not cut (it cuts at 87 characters,

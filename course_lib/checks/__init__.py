@@ -6,6 +6,10 @@ fail too): what is wrong, the likely bug when the answer matches a known mistake
 expected vs the got values. Its `_render_traceback_` makes IPython show only that message, not
 the check's internals, wrapped to fit nbgrader's Validate dialog. An unanswered stub
 (`raise NotImplementedError()`) gets a message saying what to do.
+
+Each check cell imports its own check, so a check cell run before the notebook's setup cell
+reaches this module; it then asks IPython to answer the NameError that follows with the cell to
+run first (`_explain_missing_names`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 import textwrap
 import traceback
 import weakref
-from types import CodeType
+from types import CodeType, TracebackType
 from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
@@ -153,6 +157,7 @@ def exercise_check(check: Callable) -> Callable:
         except Exception as error:  # the learner's code raised: name it, and where, in one line
             raise CheckFailed(f"`{name}` raised {type(error).__name__}: {error}{_where_in_your_code(error)}") from None
 
+    run.is_exercise_check = True  # a cell that calls it is a check cell (see _missing_name_advice)
     return run
 
 
@@ -311,3 +316,55 @@ def _refuse_what_ran(fn: Callable, forbidden_names: set[str], forbidden_objects:
             raise CheckFailed(f"{fn.__name__} runs the course's own `{getattr(obj, '__name__', obj)}` (under whatever "
                               "name it was called): this exercise asks you to write it yourself, so it earns no credit")
 
+
+# ---------------------------------------------------------------- a check cell run before the setup cell
+# In a fresh kernel nothing of the course has run, so nothing can catch a NameError, except code
+# in the cell itself. So each check cell imports its own check: in a fresh kernel that import runs,
+# then `check_x(x)` raises NameError for the learner's function. On import, this module asks
+# IPython (set_custom_exc, its documented hook) to pass NameErrors to _answer_name_error, which
+# shows a cell's own NameError as one line naming the cell to run first. The check cell stays two
+# plain lines; a try/except in it would be plumbing for every learner to read, and IPython startup
+# files, which could also do this, are not on a learner's machine.
+SETUP_NAMES = ("torch", "Tensor")  # what every set's setup cell (its first code cell) imports
+
+
+def _missing_name_advice(namespace: dict, error: NameError, tb: TracebackType | None) -> str | None:
+    """One line saying which cell to run first, or None to show the usual traceback.
+
+    Only a NameError raised by a cell's own top-level code is answered: inside a function (the
+    learner's own code), the usual traceback points at the line to fix.
+    """
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    if error.name is None or frame is None or frame.f_globals is not namespace or frame.f_code.co_name != "<module>":
+        return None
+    setup_ran = all(name in namespace for name in SETUP_NAMES)
+    check_cell = any(getattr(namespace.get(name), "is_exercise_check", False) for name in frame.f_code.co_names)
+    if check_cell:  # the only name a check cell needs from other cells is the learner's function
+        if setup_ran:
+            return f"Run the cell with your `{error.name}` first: it is not defined yet."
+        return f"Run the first code cell (setup) first, then your `{error.name}` cell."
+    if not setup_ran:
+        return f"`{error.name}` is not defined: run the first code cell (setup) first."
+    return None
+
+
+def _answer_name_error(shell, etype: type, value: NameError, tb: TracebackType | None,
+                       tb_offset: int | None = None) -> None:
+    """IPython's custom handler for NameError: the advice as the whole traceback, when there is advice."""
+    advice = _missing_name_advice(shell.user_ns, value, tb)
+    if advice is not None:  # IPython shows an exception's _render_traceback_ instead of a traceback
+        value._render_traceback_ = lambda: [f"{RED}{line}{PLAIN}" for line in wrap(advice)]
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def _explain_missing_names() -> None:
+    """Register _answer_name_error in the IPython kernel this module is imported into, if any."""
+    ipython = sys.modules.get("IPython")  # not loaded: not in a notebook (nbgrader's judge, tests)
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and not shell.custom_exceptions:  # never replace someone else's handler
+        shell.set_custom_exc((NameError,), _answer_name_error)
+
+
+_explain_missing_names()
