@@ -1,6 +1,8 @@
 """A real browser: JupyterLab serves lesson 01 as a learner gets it. Before anything
 runs, its widget cells show their static snapshot; after Run All, a slider redraws the
-widget."""
+widget. From the lesson's opening cell a learner follows the link to exercise set 01 and
+runs a check as a newcomer does: before the setup cell, on the stub, on a wrong answer and on
+a right one."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import json
 import shutil
 import statistics
 import sys
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +25,7 @@ from lab_driver import (browser_missing_message, jupyterlab, launch_options,  # 
 
 ARTIFACTS = ROOT / "test-artifacts"
 LESSON = "notebooks/01_attention_scores.ipynb"
+EXERCISES = "exercises/01_attention_scores/01_attention_scores.ipynb"
 RAW_REPR, WIDGET_ERROR = "VBox(children=", "Error displaying widget"
 
 
@@ -78,4 +85,117 @@ def test_lesson_01_shows_snapshots_then_live_widgets_in_jupyterlab(tmp_path):
     print(f"widget round trip over {len(times)} presses: median "
           f"{statistics.median(times):.1f} ms, max {max(times):.1f} ms")
     assert len(times) == 10 and all(t > 0 for t in times)
+    assert not errors, errors
+
+
+# softmax_rows as a learner writes it: over the wrong axis, then right.
+WRONG = ("def softmax_rows(x: Tensor) -> Tensor:\n    e = torch.exp(x - x.amax(0, keepdim=True))\n"
+         "    return e / e.sum(0, keepdim=True)")
+RIGHT = WRONG.replace("(0, keepdim", "(-1, keepdim")
+
+
+def wait_for_kernel(url: str, path: str, timeout: float = 90) -> None:
+    """Wait until the server's session of `path` has an idle kernel: a cell run before it has
+    one is dropped. (The status bar may still show the previous tab's kernel.)"""
+    parts = urllib.parse.urlsplit(url)
+    token = urllib.parse.parse_qs(parts.query)["token"][0]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with urllib.request.urlopen(f"{parts.scheme}://{parts.netloc}/api/sessions?token={token}") as reply:
+            sessions = json.load(reply)
+        if any(s["path"] == path and s["kernel"]["execution_state"] == "idle" for s in sessions):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no idle kernel for {path} within {timeout} s")
+
+
+def notebook_cells(page):
+    return page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell")
+
+
+def run_cell(page, index: int):
+    """Select cell `index` of the visible notebook, press Shift+Enter, wait for its run to end:
+    a new execution count in its prompt (counts only grow in a kernel)."""
+    cell = notebook_cells(page).nth(index)
+    cell.scroll_into_view_if_needed()
+    prompt = cell.locator(".jp-InputPrompt").first
+    before = prompt.evaluate("p => p.textContent")
+    prompt.click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("([p, before]) => /\\[\\d+\\]/.test(p.textContent) && p.textContent !== before",
+                           arg=[prompt.element_handle(), before], timeout=60_000)
+    return cell
+
+
+def type_answer(page, index: int, source: str) -> None:
+    """Replace the code of cell `index`, as a paste does (no auto-indent, no closing brackets)."""
+    editor = notebook_cells(page).nth(index).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(source)
+    assert editor.inner_text() == source
+
+
+def screenshot_cells(page, cells: list, path: Path) -> None:
+    """One picture of consecutive cells: the answer and the check's output under it."""
+    boxes = [cell.bounding_box() for cell in cells]
+    top, bottom = min(b["y"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
+    left, right = min(b["x"] for b in boxes), max(b["x"] + b["width"] for b in boxes)
+    page.screenshot(path=str(path), clip={"x": left, "y": top, "width": right - left, "height": bottom - top})
+
+
+def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(tmp_path):
+    from playwright.sync_api import Error, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    for folder in ("notebooks", "exercises"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    exercise = nbformat.read(ROOT / EXERCISES, as_version=4)
+    index = {c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(exercise.cells)}
+    with jupyterlab(tmp_path, ARTIFACTS / "jupyterlab-exercises.log") as url, sync_playwright() as playwright:
+        try:
+            browser = playwright.chromium.launch(headless=True, **launch_options())
+        except Error as error:
+            pytest.fail(f"{browser_missing_message()}\n{error}")
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            open_lesson(page, url.format(path=LESSON))
+            # (a) The lesson's opening cell links to its exercise set, and the link opens it.
+            opening = notebook_cells(page).first
+            opening.screenshot(path=str(ARTIFACTS / "lesson01-opening.png"))
+            link = opening.get_by_role("link", name="exercise set 01")
+            assert link.count() == 1, "the opening cell of lesson 01 has no link 'exercise set 01'"
+            assert urllib.parse.urlsplit(link.get_attribute("href")).path.endswith("/" + EXERCISES)
+            link.click()
+            page.locator(".jp-NotebookPanel:visible").get_by_role("heading", name="Exercise set 01").wait_for()
+            wait_for_kernel(url, EXERCISES)
+            answer, check = index["softmax_rows"], index["softmax_rows_check"]
+            # (b) The check cell run first, in a fresh kernel: one line naming the cell to run.
+            output = run_cell(page, check).locator(".jp-OutputArea-output")
+            assert output.inner_text().strip() == "Run the first code cell (setup) first, then your `softmax_rows` cell."
+            assert output.locator(".ansi-red-fg").count() == 1
+            screenshot_cells(page, [notebook_cells(page).nth(check)], ARTIFACTS / "exercise01-setup-skipped.png")
+            # Then as the intro says: the setup cell, the stub, the check.
+            run_cell(page, index["setup"])
+            run_cell(page, answer)
+            assert "`softmax_rows` is not written yet" in run_cell(page, check).inner_text()
+            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                             ARTIFACTS / "exercise01-stub.png")
+            type_answer(page, answer, WRONG)
+            run_cell(page, answer)
+            assert "Likely bug: softmax over the wrong axis?" in run_cell(page, check).inner_text()
+            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                             ARTIFACTS / "exercise01-wrong.png")
+            # (c) A right answer: the check prints its one green line, and nothing else.
+            type_answer(page, answer, RIGHT)
+            run_cell(page, answer)
+            output = run_cell(page, check).locator(".jp-OutputArea-output")
+            assert output.inner_text().strip() == "✔ softmax_rows: passed"
+            assert output.locator(".ansi-green-fg").inner_text() == "✔ softmax_rows: passed"
+            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                             ARTIFACTS / "exercise01-right.png")
+        finally:
+            browser.close()
     assert not errors, errors

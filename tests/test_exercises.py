@@ -10,6 +10,7 @@ tests, which refuse them credit, can catch them.)
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 
 from exercise_harness import exercise_names, hints, mutants, outcome, solution_sets
@@ -52,14 +53,160 @@ def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise
 
 
 def test_a_failed_check_renders_as_its_message_alone():
-    from course_lib.checks import CheckFailed
+    from course_lib.checks import WIDTH, CheckFailed
     from course_lib.checks.attention_scores import check_softmax_rows
 
     with pytest.raises(CheckFailed) as caught:
         check_softmax_rows(lambda x: x.exp() / x.exp().sum(0))
     assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
-    assert caught.value._render_traceback_() == [f"\x1b[31m{caught.value}\x1b[0m"]
+    rendered = caught.value._render_traceback_()
+    assert all(line.startswith("\x1b[31m") and line.endswith("\x1b[0m") for line in rendered)
+    shown = [line.removeprefix("\x1b[31m").removesuffix("\x1b[0m") for line in rendered]
+    # The message's own words and nothing else (no traceback through course_lib), in lines that fit.
+    assert " ".join(shown).split() == str(caught.value).split()
+    assert max(len(line) for line in shown) <= WIDTH
     assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
+    assert "\n  expected: [[" in str(caught.value) and "\n  got:      [[" in str(caught.value)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_failure_fits_the_validate_dialog(set_name):
+    """nbgrader's Validate indents each line of a failure by 4 and cuts it at 87 characters: every
+    known-wrong answer's message, as the notebook shows it, fits in WIDTH = 80, cut at word boundaries."""
+    from course_lib.checks import WIDTH, CheckFailed
+
+    for exercise, known in mutants(set_name).items():
+        for mutant, answer in known.items():
+            result = outcome(set_name, exercise, answer)
+            if result.check_passed:
+                continue
+            kind, message = result.messages[0].split(": ", 1)
+            assert kind == "CheckFailed", result.messages
+            shown = [line[5:-4] for line in CheckFailed(message)._render_traceback_()]
+            assert " ".join(shown).split() == message.split()
+            assert max(len(line) for line in shown) <= WIDTH, f"{exercise} [{mutant}]:\n" + "\n".join(shown)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_a_passing_check_prints_one_green_line(set_name):
+    """The committed outputs of the solutions (nbval makes them reproduce): each check cell prints
+    exactly its green success line, and nothing of the tensors compared."""
+    from exercise_harness import solution_notebook
+
+    nb = nbformat.read(solution_notebook(set_name), as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if grade_id.endswith("_check"):
+            printed = "".join(o.get("text", "") for o in cell.outputs)
+            assert printed == f"\x1b[32m✔ {grade_id.removesuffix('_check')}: passed\x1b[0m\n", (grade_id, printed)
+
+
+def test_check_and_graded_cells_say_which_one_to_run():
+    """Every exercise shows two cells that call its check: the one to run says so in its first
+    line; the graded one says first that it is the instructor's and need not be run. The setup
+    cell binds the names by which a NameError handler tells whether it ran."""
+    from course_lib.checks import SETUP_NAMES
+    from exercise_harness import ROOT
+
+    for set_name in SETS:
+        nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+        setup: dict = {}
+        exec(nb.cells[1].source, setup)  # the first code cell
+        assert nb.cells[1].metadata["nbgrader"]["grade_id"] == "setup" and set(SETUP_NAMES) <= set(setup)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+            if grade_id.endswith("_check"):
+                assert cell.source.startswith("# Run this cell to check your answer.\n"), (set_name, grade_id)
+            if grade_id.endswith("_tests"):
+                assert cell.source.startswith("# Graded cell: when your work is graded, the instructor's hidden "
+                                              "tests run here.\n# You need not run it: it only repeats the check "
+                                              "above.\n"), (set_name, grade_id)
+            if grade_id.endswith(("_check", "_tests")):  # each imports its own check: see the next test
+                exercise = grade_id.rsplit("_", 1)[0]
+                assert f"import check_{exercise}\n\ncheck_{exercise}({exercise})" in cell.source
+
+
+def _run_in(kernel, source: str) -> tuple[str, list[str]]:
+    """Run `source` in a kernel as a notebook cell; what it printed, and its error's traceback lines."""
+    printed, traceback = [], []
+
+    def output(message: dict) -> None:
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+        elif message["msg_type"] == "error":
+            traceback.extend(message["content"]["traceback"])
+
+    kernel.execute_interactive(source, output_hook=output, timeout=60)
+    return "".join(printed), traceback
+
+
+def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
+    """A learner who skips the setup cell, in a real kernel: each NameError of a cell's own code
+    names, in one line, the cell to run first; other NameErrors keep Python's usual traceback."""
+    from jupyter_client.manager import start_new_kernel
+
+    from exercise_harness import ROOT
+
+    nb = nbformat.read(ROOT / "exercises" / "01_attention_scores" / "01_attention_scores.ipynb", as_version=4)
+    cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
+    answer = ("def softmax_rows(x: Tensor) -> Tensor:\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n"
+              "    return e / e.sum(-1, keepdim=True)")
+    manager, kernel = start_new_kernel(kernel_name="python3", cwd=str(ROOT / "exercises" / "01_attention_scores"))
+    try:
+        red = "\x1b[31m{}\x1b[0m".format
+        assert _run_in(kernel, cell["softmax_rows_check"])[1] == [
+            red("Run the first code cell (setup) first, then your `softmax_rows` cell.")]
+        assert _run_in(kernel, answer)[1] == [red("`Tensor` is not defined: run the first code cell (setup) first.")]
+        assert _run_in(kernel, cell["setup"]) == ("", [])
+        assert _run_in(kernel, cell["softmax_rows_tests"])[1] == [
+            red("Run the cell with your `softmax_rows` first: it is not defined yet.")]
+        assert _run_in(kernel, answer) == ("", [])
+        assert _run_in(kernel, cell["softmax_rows_check"]) == ("\x1b[32m✔ softmax_rows: passed\x1b[0m\n", [])
+        # Not a check cell, and the setup ran: Python's own traceback, which points at the line.
+        usual = "\n".join(_run_in(kernel, "print(an_undefined_name)")[1])
+        assert "NameError" in usual and "an_undefined_name" in usual and "setup" not in usual
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_validate_prints_every_failure_whole(tmp_path):
+    """`nbgrader validate`, which the Validate button runs, on set 01 with two wrong answers and a
+    stub: each failure is shown whole, in lines that Validate does not cut (it cuts at 87 characters,
+    after a 4-space indent, and ends the line with '...')."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from course_lib.checks import WIDTH
+    from exercise_harness import ROOT, solution_notebook
+
+    set_name = "01_attention_scores"
+    solution = {c.metadata["nbgrader"]["grade_id"]: c.source
+                for c in nbformat.read(solution_notebook(set_name), as_version=4).cells}
+    nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    wrong = {"softmax_rows": mutants(set_name)["softmax_rows"]["wrong axis"],
+             "attend": mutants(set_name)["attend"]["mask applied after softmax"]}
+    for cell in nb.cells:
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        if cell.metadata["nbgrader"].get("solution") and grade_id != "row_entropy":  # row_entropy stays a stub
+            cell.source = wrong.get(grade_id, re.sub(r" *### (BEGIN|END) SOLUTION\n", "", solution[grade_id]))
+    nbformat.write(nb, tmp_path / f"{set_name}.ipynb")
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", f"{set_name}.ipynb"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    printed = run.stdout
+    assert "VALIDATION FAILED ON 3 CELL(S)" in " ".join(printed.split()), printed
+    lines = [line for line in printed.splitlines() if set(line) != {"="}]
+    assert max(len(line) for line in lines) <= 4 + WIDTH, printed
+    words = " ".join(printed.split())
+    for whole in ("softmax_rows(LOGITS): wrong values. Likely bug: softmax over the wrong axis? Each row (last "
+                  "dimension) must sum to 1 expected: [[0.09, 0.2447, 0.6652], [0.5, 0.5, 0.0]]",
+                  "Likely bug: mask applied after the softmax? Masked scores must become -inf before it, so the "
+                  "rest renormalize", "`row_entropy` is not written yet"):
+        assert whole in words, printed
 
 
 # Ready-made code under a name no reading of the source catches: refused by what runs.

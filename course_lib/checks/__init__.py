@@ -1,10 +1,15 @@
 """Visible checks for the exercise notebooks (one module per exercise set).
 
-A check runs the learner's function on a tiny input, prints what was expected and what
-came, names the likely bug when the answer matches a known mistake, and ends with
-"passed". It raises CheckFailed (an AssertionError, so nbgrader's tests fail too) whose
-`_render_traceback_` makes IPython show only the short message, not the check's internals.
-An unanswered stub (`raise NotImplementedError()`) gets a message saying what to do.
+A check runs the learner's function on a tiny input. A right answer prints one green line,
+"✔ <exercise>: passed". A wrong one raises CheckFailed (an AssertionError, so nbgrader's tests
+fail too): what is wrong, the likely bug when the answer matches a known mistake, and the
+expected vs the got values. Its `_render_traceback_` makes IPython show only that message, not
+the check's internals, wrapped to fit nbgrader's Validate dialog. An unanswered stub
+(`raise NotImplementedError()`) gets a message saying what to do.
+
+Each check cell imports its own check, so a check cell run before the notebook's setup cell
+reaches this module; it then asks IPython to answer the NameError that follows with the cell to
+run first (`_explain_missing_names`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import dis
 import functools
 import inspect
 import sys
+import textwrap
 import threading
 import traceback
 import weakref
-from types import CodeType
+from types import CodeType, TracebackType
 from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
@@ -26,11 +32,31 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 
+# nbgrader's Validate prints each line of a failure after a 4-space indent and cuts what passes
+# 87 characters; 80 leaves a margin, and fits a notebook's output area too.
+WIDTH = 80
+RED, GREEN, PLAIN = "\x1b[31m", "\x1b[32m", "\x1b[0m"
+
+
+def wrap(text: str, width: int = WIDTH) -> list[str]:
+    """The lines of `text`, each wrapped at word boundaries to `width`, keeping its indent."""
+    lines = []
+    for line in text.splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    return lines
+
+
 class CheckFailed(AssertionError):
-    """A failed check: IPython shows its message alone (no traceback through course_lib)."""
+    """A failed check: IPython shows its message alone (no traceback through course_lib).
+
+    The message keeps each sentence on one line (tests and hints search it whole); only
+    what IPython shows is wrapped.
+    """
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31m{line}\x1b[0m" for line in str(self).splitlines()]
+        return [f"{RED}{line}{PLAIN}" for line in wrap(str(self))]
 
 
 def _where_in_your_code(error: BaseException) -> str:
@@ -135,6 +161,7 @@ def exercise_check(check: Callable) -> Callable:
         except Exception as error:  # the learner's code raised: name it, and where, in one line
             raise CheckFailed(f"`{name}` raised {type(error).__name__}: {error}{_where_in_your_code(error)}") from None
 
+    run.is_exercise_check = True  # a cell that calls it is a check cell (see _missing_name_advice)
     return run
 
 
@@ -142,8 +169,8 @@ def call(label: str, fn: Callable, *args, hint: str = ""):
     """Run the learner's function; turn an exception into a check failure that names it."""
     try:
         return fn(*args)
-    except NotImplementedError:
-        raise  # an unanswered stub: exercise_check says so
+    except (NotImplementedError, CheckFailed):
+        raise  # an unanswered stub, or an input changed in place: exercise_check says so
     except Exception as error:  # the learner sees their own error, plus the likely cause
         raise AssertionError(f"{label} raised {type(error).__name__}: {error}"
                              + (f". Likely bug: {hint}" if hint else "")) from None
@@ -155,10 +182,30 @@ def _fmt(x: object) -> str:
     return repr(x)
 
 
+def _cut(text: str, room: int) -> str:
+    """`text` if it fits in `room` characters, else its start up to an element boundary, then '...'."""
+    if len(text) <= room:
+        return text
+    cut = text.rfind(", ", 0, room - 5)
+    return (text[:cut + 1] if cut > 0 else text[:room - 4]) + " ..."
+
+
+def _expected_and_got(got: Tensor, expected: Tensor, atol: float) -> str:
+    """Two lines, expected and got, each cut to fit WIDTH; when cut, a third names the first wrong entry."""
+    room = WIDTH - len("  expected: ")
+    lines = [f"  expected: {_cut(_fmt(expected), room)}", f"  got:      {_cut(_fmt(got), room)}"]
+    wrong = ~torch.isclose(got.to(expected.dtype), expected, atol=atol, rtol=1e-4)
+    if any(line.endswith("...") for line in lines) and wrong.any():
+        index = tuple(int(i) for i in wrong.nonzero()[0])
+        lines.append(f"  first wrong entry, at {list(index)}: expected {_fmt(expected[index])}, "
+                     f"got {_fmt(got[index])}")
+    return "\n".join(lines)
+
+
 def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, Tensor] | None = None,
             atol: float = 1e-5) -> None:
-    """Raise AssertionError with expected vs got (and the matching known bug) unless close."""
-    print(f"{name}\n  expected: {_fmt(expected)}\n  got:      {_fmt(got)}")
+    """Return quietly if `got` is close to `expected`; else raise CheckFailed with the matching known bug
+    and expected vs got."""
     if not isinstance(got, Tensor):
         raise CheckFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
     if got.shape != expected.shape:
@@ -170,13 +217,15 @@ def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, 
                               "input's dtype: make new tensors with dtype=x.dtype (torch.tensor, torch.zeros and "
                               "torch.arange give float32 otherwise) and leave out .double() or .float()")
         return
+    values = _expected_and_got(got, expected, atol)
     for hint, wrong in (likely_bugs or {}).items():
         if wrong.shape == got.shape and torch.allclose(got.to(wrong.dtype), wrong, atol=atol, rtol=1e-4, equal_nan=True):
-            raise CheckFailed(f"{name}: wrong values. Likely bug: {hint}")
+            raise CheckFailed(f"{name}: wrong values. Likely bug: {hint}\n{values}")
     if torch.isnan(got).any():
-        raise CheckFailed(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row")
+        raise CheckFailed(f"{name}: the answer contains NaN. Likely bug: exp() overflow or 0/0 on a masked row\n"
+                          f"{values}")
     hints = "; ".join(likely_bugs or {}) or "compare your formula with the text above"
-    raise CheckFailed(f"{name}: wrong values. Things to check: {hints}")
+    raise CheckFailed(f"{name}: wrong values. Things to check: {hints}\n{values}")
 
 
 @contextlib.contextmanager
@@ -198,7 +247,8 @@ def earlier_answers(fn: Callable, **references: Callable) -> Iterator[None]:
 
 
 def passed(name: str) -> None:
-    print(f"{name}: passed")
+    """The one line a right answer prints, green in the notebook."""
+    print(f"{GREEN}✔ {name}: passed{PLAIN}")
 
 
 def _code_objects(code: CodeType) -> Iterator[CodeType]:
@@ -269,3 +319,56 @@ def _refuse_what_ran(fn: Callable, forbidden_names: set[str], forbidden_objects:
         if _code_of(obj) & codes:
             raise CheckFailed(f"{fn.__name__} runs the course's own `{getattr(obj, '__name__', obj)}` (under whatever "
                               "name it was called): this exercise asks you to write it yourself, so it earns no credit")
+
+
+# ---------------------------------------------------------------- a check cell run before the setup cell
+# In a fresh kernel nothing of the course has run, so nothing can catch a NameError, except code
+# in the cell itself. So each check cell imports its own check: in a fresh kernel that import runs,
+# then `check_x(x)` raises NameError for the learner's function. On import, this module asks
+# IPython (set_custom_exc, its documented hook) to pass NameErrors to _answer_name_error, which
+# shows a cell's own NameError as one line naming the cell to run first. The check cell stays two
+# plain lines; a try/except in it would be plumbing for every learner to read, and IPython startup
+# files, which could also do this, are not on a learner's machine.
+SETUP_NAMES = ("torch", "Tensor")  # what every set's setup cell (its first code cell) imports
+
+
+def _missing_name_advice(namespace: dict, error: NameError, tb: TracebackType | None) -> str | None:
+    """One line saying which cell to run first, or None to show the usual traceback.
+
+    Only a NameError raised by a cell's own top-level code is answered: inside a function (the
+    learner's own code), the usual traceback points at the line to fix.
+    """
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    if error.name is None or frame is None or frame.f_globals is not namespace or frame.f_code.co_name != "<module>":
+        return None
+    setup_ran = all(name in namespace for name in SETUP_NAMES)
+    check_cell = any(getattr(namespace.get(name), "is_exercise_check", False) for name in frame.f_code.co_names)
+    if check_cell:  # the only name a check cell needs from other cells is the learner's function
+        if setup_ran:
+            return f"Run the cell with your `{error.name}` first: it is not defined yet."
+        return f"Run the first code cell (setup) first, then your `{error.name}` cell."
+    if not setup_ran:
+        return f"`{error.name}` is not defined: run the first code cell (setup) first."
+    return None
+
+
+def _answer_name_error(shell, etype: type, value: NameError, tb: TracebackType | None,
+                       tb_offset: int | None = None) -> None:
+    """IPython's custom handler for NameError: the advice as the whole traceback, when there is advice."""
+    advice = _missing_name_advice(shell.user_ns, value, tb)
+    if advice is not None:  # IPython shows an exception's _render_traceback_ instead of a traceback
+        value._render_traceback_ = lambda: [f"{RED}{line}{PLAIN}" for line in wrap(advice)]
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def _explain_missing_names() -> None:
+    """Register _answer_name_error in the IPython kernel this module is imported into, if any."""
+    ipython = sys.modules.get("IPython")  # not loaded: not in a notebook (nbgrader's judge, tests)
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and not shell.custom_exceptions:  # never replace someone else's handler
+        shell.set_custom_exc((NameError,), _answer_name_error)
+
+
+_explain_missing_names()

@@ -7,19 +7,14 @@
 - `results_in_order`: (weights, output) returned for (output, weights), told by their shapes.
 - `name_shape_bug`: `compare` says only "expected shape (2, 4), got (2, 5)"; some wrong shapes
   are the mark of one mistake (the start token kept: one column too many), and this names it.
-- `compare_quietly`: an extra case that tells two mistakes apart. It prints nothing when the
-  answer is right, so a right answer's output stays what it was; a wrong one gets `compare`'s
-  expected, got and likely bug.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
-import torch
 from torch import Tensor
 
-from . import compare
 
 
 # torch's error when a row statistic lost its axis, e.g. (2, 3) - (2,): "The size of tensor a (3) must match ..."
@@ -46,7 +41,6 @@ def name_shape_bug(name: str, got: object, expected: tuple[int, ...], bugs: Mapp
     """Raise, naming the bug, when `got` is a tensor whose shape is one of `bugs`' keys (and not `expected`)."""
     shape, expected = (tuple(got.shape) if isinstance(got, Tensor) else None), tuple(expected)
     if shape != expected and shape in bugs:
-        print(f"{name}\n  expected shape: {expected}\n  got shape:      {shape}")
         raise AssertionError(f"{name}: expected shape {expected}, got {shape}. Likely bug: {bugs[shape]}")
 
 
@@ -61,12 +55,3 @@ def results_in_order(name: str, got: object, ref_out: Tensor, ref_weights: Tenso
         raise AssertionError(f"{name} returned (weights, output): the first result has the weights' shape "
                              f"{tuple(ref_weights.shape)}, the second the output's {tuple(ref_out.shape)}. "
                              "Likely bug: the results in the wrong order; return (output, weights)")
-
-
-def compare_quietly(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, Tensor] | None = None,
-                    atol: float = 1e-5) -> None:
-    """`compare`, printing only when `got` is wrong (a shape, a dtype or a value)."""
-    right = (isinstance(got, Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
-             and torch.allclose(got, expected, atol=atol, rtol=1e-4))
-    if not right:
-        compare(name, got, expected, likely_bugs, atol)

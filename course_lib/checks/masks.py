@@ -50,12 +50,10 @@ W_V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 
 
 def _shape_first(name: str, got: object, expected: Tensor, shape_hints: Mapping[tuple, str]) -> None:
-    """Print expected vs got shapes and stop early, naming the likely bug, if the shape is wrong."""
+    """Stop early, naming expected vs got shapes and the likely bug, if the shape is wrong."""
     if not isinstance(got, Tensor):
-        print(f"{name}\n  expected: a tensor of shape {tuple(expected.shape)}\n  got:      {type(got).__name__}")
         raise AssertionError(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
     if got.shape != expected.shape:
-        print(f"{name}\n  expected shape: {tuple(expected.shape)}\n  got shape:      {tuple(got.shape)}")
         hint = shape_hints.get(tuple(got.shape), "compare the shape asked for in the text")
         raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}. Likely bug: {hint}")
 

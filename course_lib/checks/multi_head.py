@@ -11,7 +11,7 @@ from torch import Tensor
 from ..attention_scores import scaled_dot_product_attention
 from ..multi_head import MultiHeadAttention, attend_heads, merge_heads, qk_matrix, split_heads, without_heads
 from . import call, compare, earlier_answers, exercise_check, passed
-from .bug_hints import compare_quietly, name_shape_bug
+from .bug_hints import name_shape_bug
 from .hand_in import ATTENTION_OPS, Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
@@ -180,7 +180,7 @@ def check_silence_head(silence_head: Callable) -> None:
     from_h = w_out.clone()
     from_h[:, 1:3] = 0
     got = call("silence_head(w_out, 1, 2)", silence_head, w_out.clone(), 1, 2)
-    compare_quietly("silence_head(w_out, head=1, n_heads=2)", got, reference_silence_head(w_out, 1, 2), {
+    compare("silence_head(w_out, head=1, n_heads=2)", got, reference_silence_head(w_out, 1, 2), {
         "head h starts at column h * d_head, not at column h: columns 2 and 3 here": from_h})
     passed("silence_head")
 

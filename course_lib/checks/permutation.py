@@ -152,12 +152,12 @@ MULTISET_CASES = [
 def check_same_multiset(same_multiset: Callable) -> None:
     for index, (a, b, atol, expected, bug) in enumerate(MULTISET_CASES):
         got = call(f"same_multiset(case {index})", same_multiset, a.clone(), b.clone(), atol)
-        print(f"case {index}: a = {a.tolist()}, b = {[[round(v, 4) for v in r] for r in b.tolist()]}\n"
-              f"  expected: {expected}\n  got:      {got!r}")
+        case = (f"  case {index}: a = {a.tolist()}, b = {[[round(v, 4) for v in r] for r in b.tolist()]}, "
+                f"atol = {atol}\n  expected: {expected}\n  got:      {got!r}")
         if not isinstance(got, (bool, Tensor)) or (isinstance(got, Tensor) and got.numel() != 1):
-            raise AssertionError(f"same_multiset must return True or False, got {type(got).__name__}")
+            raise AssertionError(f"same_multiset must return True or False, got {type(got).__name__}\n{case}")
         if bool(got) != expected:
-            raise AssertionError(f"same_multiset case {index}: expected {expected}. Likely bug: {bug}")
+            raise AssertionError(f"same_multiset case {index}: expected {expected}. Likely bug: {bug}\n{case}")
     passed("same_multiset")
 
 

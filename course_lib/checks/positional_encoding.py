@@ -173,24 +173,24 @@ def check_add_learned_positions(add_learned_positions: Callable) -> None:
         "used the last rows of the table; position t gets row t": short + TABLE[1:],
     })
     long = torch.zeros(1, 5, 2)
-    print("add_learned_positions(a sequence of 5 positions, TABLE of 3 rows)\n"
-          "  expected: ValueError whose message contains 5 (the length) and 3 (the rows)")
+    asked = ("  add_learned_positions(a sequence of 5 positions, TABLE of 3 rows)\n"
+             "  expected: ValueError whose message contains 5 (the length) and 3 (the rows)\n")
     try:
         result = add_learned_positions(long, TABLE.clone())
     except ValueError as error:
-        print(f"  got:      ValueError: {error}")
         numbers = set(re.findall(r"\d+", str(error)))
         if not {"5", "3"} <= numbers:
             raise AssertionError("the ValueError must name the sequence length (5) and the table's rows (3), "
-                                 f"got the message {str(error)!r}") from None
+                                 f"got the message {str(error)!r}\n{asked}  got:      ValueError: {error}") from None
     except Exception as error:
-        print(f"  got:      {type(error).__name__}: {error}")
         raise AssertionError(f"got {type(error).__name__} instead of ValueError. Likely bug: no length check, so the "
-                             "error comes from deep inside torch; compare T with the table's rows first") from None
+                             "error comes from deep inside torch; compare T with the table's rows first\n"
+                             f"{asked}  got:      {type(error).__name__}: {error}") from None
     else:
-        print(f"  got:      no error, a result of shape {tuple(getattr(result, 'shape', ()))}")
         raise AssertionError("a sequence longer than the table was accepted. Likely bug: positions wrapped "
-                             "around (t % max_len) or rows reused; there is no row for position 3 or 4") from None
+                             "around (t % max_len) or rows reused; there is no row for position 3 or 4\n"
+                             f"{asked}  got:      no error, a result of shape "
+                             f"{tuple(getattr(result, 'shape', ()))}") from None
     passed("add_learned_positions")
 
 

@@ -10,7 +10,7 @@ from torch import Tensor
 from ..normalization import LayerNorm
 from ..transformer import BOS, Block, FeedForward, Transformer, TransformerConfig, exact_match, greedy_decode
 from . import call, compare, exercise_check, passed
-from .bug_hints import call_naming, compare_quietly, name_shape_bug
+from .bug_hints import call_naming, name_shape_bug
 from .hand_in import Case, Exercise
 
 # Tiny inputs the learner can follow by hand.
@@ -155,7 +155,7 @@ def check_exact_match_rate(exact_match_rate: Callable) -> None:
     label = "exact_match_rate on 4 rows, 2 all right and 2 wrong in their first token"
     got = call_naming(label, exact_match_rate, PROBE_PREDICTED, PROBE_ANSWER, bugs={
         "could not infer output dtype": "the mean of a bool tensor: convert it first, e.g. .double().mean()"})
-    compare_quietly(label, _as_share(got), torch.tensor(0.5, dtype=torch.float64), {
+    compare(label, _as_share(got), torch.tensor(0.5, dtype=torch.float64), {
         "this is the share of right TOKENS (10 of 12); count a row only if all of it is right":
             torch.tensor(10 / 12, dtype=torch.float64),
         "all(0) asks whether each COLUMN (position) is right in every row; a row is right when .all(-1)":
