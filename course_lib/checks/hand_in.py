@@ -113,7 +113,7 @@ def exercise(name: str, set_name: str | None = None) -> Exercise:
     for module_name, module in list(sys.modules.items()):
         if module_name.startswith("course_lib.checks.") and name in getattr(module, "EXERCISES", {}):
             return module.EXERCISES[name]
-    raise KeyError(f"no exercise called {name!r}: run the notebook's first cell (it imports the checks)")
+    raise KeyError(f"no exercise called {name!r} in the exercise sets imported so far")
 
 
 def hand_in(name: str, fn: Callable) -> None:
