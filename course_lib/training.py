@@ -1,4 +1,4 @@
-"""The course's one training loop (used from lesson 01 on; imports only torch).
+"""The course's one training loop (used from lesson 01 on; imports torch, and ipywidgets for a bar).
 
 Every model the lessons train, from two projection matrices in lesson 01 to the tiny
 Transformer, goes through `train`: the caller says what the loss of step i is, the loop does
