@@ -22,11 +22,8 @@ Shapes use the course's names (course_lib/__init__.py).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Circle
-import networkx as nx
 import torch
 from torch import Tensor
 
@@ -34,6 +31,9 @@ from .attention_scores import scaled_dot_product_attention, softmax
 from .guards import (require_count, require_float, require_integer, require_number,
                      require_same_dtype)
 from .training import train
+
+if TYPE_CHECKING:  # networkx and matplotlib are imported where a graph is built or drawn:
+    import networkx as nx  # importing this module (exercise set 10's checks do) stays quick
 
 RETRIEVAL_TRIALS = 200  # random pattern sets behind every retrieval rate the lesson shows
 ROW_SUM_TOLERANCE = 1e-5  # float32 softmax rows sum to 1 within a few ulps; this is far above that
@@ -63,6 +63,8 @@ def attention_graph(weights: Tensor, labels: Sequence[str] | None = None,
     Nodes 0..max(T, S)-1 (attribute `label`); an edge i -> j with attribute `weight` =
     weights[i, j] for every weight above `threshold` (query i reads from key j).
     """
+    import networkx as nx
+
     require_row_stochastic("weights", weights)
     if weights.dim() != 2:
         raise ValueError(f"weights must be one (T, S) matrix, got shape {tuple(weights.shape)}")
@@ -126,6 +128,8 @@ def layered_graph(layer_weights: Sequence[Tensor], residual: float = 0.0,
     (with the residual self-loop) when above `threshold`. With threshold 0, the paths from (L, i)
     to (0, j) multiply out to attention_rollout(...)[i, j].
     """
+    import networkx as nx
+
     rollout_check = attention_rollout(layer_weights, residual)  # validates every layer
     if rollout_check.dim() != 2:
         raise ValueError("layer_weights must be (T, T) matrices, one sequence (no batch dimension)")
@@ -176,6 +180,10 @@ def draw_graph(graph: nx.DiGraph, ax, pos: dict | None = None, curved: bool = Tr
     Edges in `highlight` (pairs (query, key)) are drawn in orange on top of the others; the
     axis limits leave room for the arcs, so no node or arc is clipped.
     """
+    import matplotlib.pyplot as plt
+    import networkx as nx
+    from matplotlib.patches import Circle
+
     if not isinstance(graph, nx.DiGraph):
         raise TypeError(f"graph must be a networkx DiGraph, got {type(graph).__name__}")
     pos = line_layout(graph.number_of_nodes()) if pos is None else pos

@@ -527,17 +527,19 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
                           steps: int = 300, lr: float = 0.01, seed: int = 0,
                           periods: tuple[int, ...] = (2, 3, 4, 5, 6, 7),
                           prefix: tuple[int, int] = (0, 16), batch: int = 64,
-                          progress: bool = False) -> tuple[TinyModel, list[float]]:
+                          progress: bool | str = False) -> tuple[TinyModel, list[float]]:
     """A two-layer attention-only causal TinyModel (float64) trained on induction_batch.
 
     The filler prefix P is drawn up to the most that fits, so the first repeat lands at every
     position: with a fixed start (P = 0) a model can learn a shortcut at late positions that
-    only works once the block has come back twice.
+    only works once the block has come back twice. progress=True shows a bar labelled
+    "induction" with the step and the loss (a string names the task otherwise).
     """
     model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_layers=2,
                                  d_ff=0, seed=seed)).to(torch.float64)
     make_batch = induction_batch(batch, length, vocab_size, periods, prefix)
-    losses = train_tiny_model(model, make_batch, steps, lr, seed, progress=progress)
+    losses = train_tiny_model(model, make_batch, steps, lr, seed,
+                              progress="induction" if progress is True else progress)
     return model, losses
 
 

@@ -320,13 +320,17 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     return model
 
 
-def train_rule_models(seeds: Sequence[int], progress: bool = False, workers: int = 1,
+def train_rule_models(seeds: Sequence[int], progress: bool | str = False, workers: int = 1,
                       **kwargs) -> list[TinyModel]:
     """train_rule_model(seed=s, **kwargs) for each seed s; progress=True shows a bar counting
-    the models; workers > 1 trains that many at once (training.run_each: the same models)."""
+    the models, labelled "rule models" (a string names the task otherwise), with the step and
+    loss of each one in training; workers > 1 trains that many at once (training.run_each: the
+    same models)."""
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
         raise TypeError(f"seeds must be a non-empty list of seeds, got {seeds!r}")
-    return run_each(functools.partial(_rule_model, kwargs=kwargs), list(seeds), workers, progress)
+    label = "rule models" if progress is True else progress
+    return run_each(functools.partial(_rule_model, kwargs=kwargs), list(seeds), workers, label,
+                    [f"seed {seed}" for seed in seeds])
 
 
 def _rule_model(seed: int, kwargs: dict) -> TinyModel:
@@ -470,16 +474,19 @@ def capacity_curve(d_ffs: Sequence[int], table_factor: int = 4, n_answers: int =
                    seed: int = 0, progress: bool = False) -> Tensor:
     """rules_right at each width: (len(d_ffs), 2) int64, columns (rules right, table size).
 
-    progress=True shows a bar in the notebook, one step per width.
+    progress=True shows a bar in the notebook, one step per width, naming the width solved.
     """
     if isinstance(d_ffs, (str, bytes)) or not isinstance(d_ffs, Sequence) or not d_ffs:
         raise TypeError(f"d_ffs must be a non-empty list of widths, got {d_ffs!r}")
-    bar = progress_bar(len(d_ffs), "solving") if progress else None
+    bar = progress_bar(len(d_ffs), "rule capacity", unit="widths") if progress else None
     rows = []
-    for d_ff in d_ffs:
-        rows.append(rules_right(d_ff, table_factor, n_answers, seed))
+    for done, d_ff in enumerate(d_ffs):
         if bar is not None:
-            bar.value += 1
+            rules = table_factor * d_ff
+            bar.update(done, f"d_ff = {d_ff}: least squares over about {rules:,} rules")
+        rows.append(rules_right(d_ff, table_factor, n_answers, seed))
+    if bar is not None:
+        bar.update(len(d_ffs), f"{len(d_ffs)} widths done")
     return torch.tensor(rows)
 
 

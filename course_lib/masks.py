@@ -551,11 +551,12 @@ IGNORE = -100  # a target that no loss is taken on (F.cross_entropy's ignore_ind
 
 
 def train_tiny_model(model: TinyModel, make_batch: Callable[[torch.Generator], tuple[Tensor, Tensor]],
-                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool = False) -> list[float]:
+                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool | str = False) -> list[float]:
     """Train `model` in place on batches from make_batch(generator) -> (ids (B, T), targets (B, T)).
 
     The loss is the cross-entropy of the model's logits at every position whose target is not
-    IGNORE. The data generator is seeded by `seed`. Returns every step's loss.
+    IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
+    in `train` (True, or the task's name for the bar).
     """
     if not isinstance(model, TinyModel):
         raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")

@@ -356,13 +356,15 @@ def relation_attention(model: nn.Module, n_sequences: int = 256, seed: int = 1) 
     return torch.stack([on_previous.mean((0, 2)), on_first.mean((0, 2))], dim=-1)  # (H, 2)
 
 
-def train_relation_seeds(steps: dict[int, int], seeds: tuple[int, ...], progress: bool = False,
+def train_relation_seeds(steps: dict[int, int], seeds: tuple[int, ...], progress: bool | str = False,
                          workers: int = 1, **settings) -> dict[int, list]:
     """train_two_relations for every number of heads and every seed: {n_heads: [(model, losses)]}.
 
     steps: {n_heads: training steps}; `seeds` seed both the initial weights and the batches;
-    `settings` go to train_two_relations. progress=True shows one bar for all the runs;
-    workers > 1 trains that many at once (training.run_each: the same models).
+    `settings` go to train_two_relations. progress=True shows one bar for all the runs,
+    labelled "two relations" (a string names the task otherwise), with the step and loss of
+    each run going on; workers > 1 trains that many at once (training.run_each: the same
+    models).
     """
     if not isinstance(steps, dict) or not steps:
         raise TypeError(f"steps must be a non-empty dict {{n_heads: steps}}, got {steps!r}")
@@ -371,7 +373,10 @@ def train_relation_seeds(steps: dict[int, int], seeds: tuple[int, ...], progress
         raise ValueError("seeds must name at least one seed")
     runs = [(n_heads, require_count("steps", n), seed) for n_heads, n in steps.items()
             for seed in seeds]
-    trained = run_each(functools.partial(_relation_run, settings=settings), runs, workers, progress)
+    names = [f"{n_heads} head{'s' * (n_heads > 1)}, seed {seed}" for n_heads, _, seed in runs]
+    label = "two relations" if progress is True else progress
+    trained = run_each(functools.partial(_relation_run, settings=settings), runs, workers, label,
+                       names)
     by_heads: dict[int, list] = {n_heads: [] for n_heads in steps}
     for (n_heads, _, _), run in zip(runs, trained):
         by_heads[n_heads].append(run)

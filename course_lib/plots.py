@@ -5,19 +5,21 @@ SVG takes well under a millisecond and the browser renders it, so a slider answe
 once (a matplotlib redraw costs tens of milliseconds per frame).
 
 Importing this module sets the notebook's inline figure format to retina PNG (see
-`use_sharp_inline_figures`).
+`use_sharp_inline_figures`). matplotlib.pyplot itself is imported where a figure is drawn
+(`heatmap`): the SVG functions, used by every widget, need no matplotlib.
 """
 
 from __future__ import annotations
 
 import math
 from html import escape
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.axes import Axes
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 # One palette for the whole course: positive = orange, negative = blue.
 POSITIVE = (230, 120, 40)
@@ -40,11 +42,12 @@ def use_sharp_inline_figures() -> bool:
     """
     try:
         from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:
         return False
-    if get_ipython() is None:
+    if get_ipython() is None:  # a script or a test: no inline figures, and no matplotlib
         return False
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
     set_matplotlib_formats("retina", dpi=2 * INLINE_DPI)
     return True
 
@@ -87,6 +90,8 @@ def heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     panels can share one scale; colorbar=False leaves the bar out (draw one for all panels with
     fig.colorbar(ax.images[0], ax=axes)).
     """
+    import matplotlib.pyplot as plt
+
     values = _as_numpy(matrix).astype(float)
     _check_labels(values, row_labels, col_labels)
     shown = _allowed_mask(values, allowed) & np.isfinite(values)

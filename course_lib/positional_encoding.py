@@ -366,20 +366,24 @@ class PreviousTokenRun(NamedTuple):
 
 
 def previous_token_runs(kinds: Iterable[str], seeds: Iterable[int], train_length: int,
-                        test_length: int, progress: bool = False, workers: int = 1,
+                        test_length: int, progress: bool | str = False, workers: int = 1,
                         **model_args: object) -> dict[tuple[str, int], PreviousTokenRun]:
     """For every kind and seed: tiny_model(kind, seed=seed, **model_args), trained and measured.
 
     The seed draws both the initial weights and the training data (train_previous_token), so
     each seed is an independent run. Returns {(kind, seed): PreviousTokenRun} measured on fresh
-    sequences of test_length tokens. progress=True shows one bar counting runs. workers > 1
-    trains that many runs at once (training.run_each): the same numbers, run for run.
+    sequences of test_length tokens. progress=True shows one bar counting runs, labelled
+    "previous token" (a string names the task otherwise), with the step and loss of each run
+    going on. workers > 1 trains that many runs at once (training.run_each): the same numbers,
+    run for run.
     """
     pairs = [(kind, seed) for kind in kinds for seed in seeds]
     require_count("test_length", test_length, minimum=2)
     job = functools.partial(_previous_token_run, train_length=train_length, test_length=test_length,
                             model_args=model_args)
-    return dict(zip(pairs, run_each(job, pairs, workers, progress)))
+    names = [f"{kind}, seed {seed}" for kind, seed in pairs]
+    label = "previous token" if progress is True else progress
+    return dict(zip(pairs, run_each(job, pairs, workers, label, names)))
 
 
 def _previous_token_run(pair: tuple[str, int], train_length: int, test_length: int,

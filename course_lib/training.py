@@ -1,17 +1,27 @@
-"""The course's one training loop (used from lesson 01 on; imports only torch and ipywidgets).
+"""The course's one training loop (used from lesson 01 on; imports torch, and ipywidgets for a bar).
 
 Every model the lessons train, from two projection matrices in lesson 01 to the tiny
 Transformer, goes through `train`: the caller says what the loss of step i is, the loop does
 the rest. Seeding belongs to the caller: the model's initial weights and the data generator
 are seeded where they are made, so the same call gives the same numbers every time.
+
+A loop that takes seconds shows a progress bar (`progress_bar`) with what it is doing: for
+training, the task, the step and the current loss. `run_each` runs independent trainings
+(one per seed) and shows the step and loss of each run in progress, also when the runs go
+on in other processes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import multiprocessing
+import queue
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Sequence, TypeVar
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from html import escape
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -20,25 +30,35 @@ from .guards import require_choice, require_count, require_number
 
 OPTIMIZERS = ("adam", "sgd")
 Item, Result = TypeVar("Item"), TypeVar("Result")
+StepReport = Callable[[int, int, float], None]  # (step, steps, loss), after step `step` of `steps`
+
+# Where `train` also reports its steps: set by `run_each` while one of its runs trains, so
+# that runs started inside a job (which know nothing of the bar) still show their loss.
+_report_step: StepReport | None = None
 
 
 def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Parameter] | Iterable[Tensor],
-          steps: int, lr: float, optimizer: str = "adam", progress: bool = False) -> list[float]:
+          steps: int, lr: float, optimizer: str = "adam", progress: bool | str = False) -> list[float]:
     """Minimise loss_of_step(i) for i = 0..steps-1 over `parameters`; return every step's loss.
 
     optimizer: "adam" (Adam, torch's defaults betas = (0.9, 0.999), eps = 1e-8) or "sgd"
     (plain gradient descent, no momentum). Both are written out below: they give torch.optim's
     numbers without its first-use import of torch's compiler (seconds in every notebook).
-    progress=True shows a progress bar in the notebook: use it for runs longer than a second.
+    progress: a progress bar in the notebook, labelled with the task (a string, e.g.
+    "reverse") or "training" (True), showing the step and the current loss; use it for runs
+    longer than a second.
     """
     require_count("steps", steps)
     lr = require_number("lr", lr, positive=True)
     require_choice("optimizer", optimizer, OPTIMIZERS)
+    label = _progress_label("progress", progress, "training")
     parameters = list(parameters)
     if not parameters:
         raise ValueError("parameters is empty: there is nothing to train")
     step_rule = Adam(parameters, lr) if optimizer == "adam" else SGD(parameters, lr)
-    bar = progress_bar(steps) if progress else None
+    bar = progress_bar(steps, label, unit="training steps") if label else None
+    report = _report_step
+    every = max(1, steps // 50)  # about 50 updates per run: a widget message costs time too
     losses = []
     for step in range(steps):
         loss = loss_of_step(step)
@@ -47,10 +67,11 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
         loss.backward()
         step_rule.step()
         losses.append(loss.item())
-        if bar is not None and (step + 1) % max(1, steps // 50) == 0:
-            bar.value = step + 1
-    if bar is not None:
-        bar.value = steps
+        if (step + 1) % every == 0 or step + 1 == steps:
+            if bar is not None:
+                bar.update(step + 1, f"step {step + 1} of {steps}, loss {losses[-1]:.4g}")
+            if report is not None:
+                report(step + 1, steps, losses[-1])
     return losses
 
 
@@ -106,41 +127,178 @@ class Adam:
         torch._foreach_sub_(params, update)
 
 
-def progress_bar(steps: int, label: str = "training"):
-    """An ipywidgets bar shown in the notebook (its saved text is the same on every run): every
-    slow loop of the course shows one, whatever it counts (steps, runs, widths)."""
-    import ipywidgets
+class Progress:
+    """A progress bar with a line of text beside it that says what is running.
+
+    `update(done, text)` moves the bar to `done` of `total` and replaces the text (e.g.
+    "step 80 of 160, loss 0.412"), at most ten times a second: enough to read, and each
+    redraw is a message to the browser. The notebook saves what a cell displayed when the bar
+    appeared, before the first step: the saved text (`summary`) holds the label and the
+    total only, so it is the same on every run and every CPU (nbval compares it), and the
+    steps and losses are seen live only.
+    """
+
+    def __init__(self, total: int, label: str, unit: str = "steps"):
+        import ipywidgets  # here, not at the top: importing the course library stays quick
+
+        self.total = require_count("total", total)
+        self.summary = f"{label}: {total} {unit} (a live progress bar while the cell runs)"
+        self.bar = ipywidgets.FloatProgress(value=0, min=0, max=total, description=label,
+                                            style={"description_width": "initial"})
+        self.text = ipywidgets.HTML("starting")
+        self.box = ipywidgets.HBox([self.bar, self.text])
+        self.shown_at = -1.0  # time.monotonic() of the last redraw
+
+    def update(self, done: float, text: str) -> None:
+        if done < self.total and time.monotonic() - self.shown_at < 0.1:
+            return  # the last update (done == total) always shows
+        self.shown_at = time.monotonic()
+        self.bar.value = min(done, self.total)
+        self.text.value = escape(text)
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = self.summary
+        return bundle
+
+    def __repr__(self) -> str:  # what display() prints outside a notebook
+        return self.summary
+
+
+def progress_bar(total: int, label: str = "training", unit: str = "steps") -> Progress:
+    """Show a Progress bar in the notebook and return it: every slow loop of the course shows
+    one, whatever it counts (training steps, runs, widths), with the task as its label."""
     from IPython.display import display
 
-    bar = ipywidgets.IntProgress(value=0, min=0, max=steps, description=label)
+    bar = Progress(total, label, unit)
     display(bar)
     return bar
 
 
+def _progress_label(name: str, progress: object, default: str) -> str:
+    """The bar's label asked for by a `progress` argument: "" (no bar), `default` or the text."""
+    if isinstance(progress, bool):
+        return default if progress else ""
+    if isinstance(progress, str) and progress.strip():
+        return progress
+    raise TypeError(f"{name} must be True, False or the task's name, got {progress!r}")
+
+
+@contextlib.contextmanager
+def _reporting_to(report: StepReport | None) -> Iterator[None]:
+    """While the block runs, every `train` call also sends its steps to `report`."""
+    global _report_step
+    before, _report_step = _report_step, report
+    try:
+        yield
+    finally:
+        _report_step = before
+
+
+class _RunBoard:
+    """What run_each shows: how many runs are done, and the step and loss of each run going on."""
+
+    def __init__(self, label: str, names: Sequence[str]):
+        self.names = names
+        self.bar = progress_bar(len(names), label, unit="runs")
+        self.going: dict[int, tuple[int, int, float]] = {}  # run index -> (step, steps, loss)
+        self.finished: set[int] = set()
+
+    def step(self, index: int, step: int, steps: int, loss: float) -> None:
+        if index not in self.finished:  # a report can arrive after its run's result
+            self.going[index] = (step, steps, loss)
+            self._show()
+
+    def finish(self, index: int) -> None:
+        self.going.pop(index, None)
+        self.finished.add(index)
+        self._show()
+
+    def _show(self) -> None:
+        done = len(self.finished) + sum(step / steps for step, steps, _ in self.going.values())
+        parts = [f"{len(self.finished)} of {len(self.names)} runs done"] + [
+            f"{self.names[i]}: step {step} of {steps}, loss {loss:.3g}"
+            for i, (step, steps, loss) in sorted(self.going.items())]
+        self.bar.update(done, "; ".join(parts))
+
+
 def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int = 1,
-             progress: bool = False, label: str = "training") -> list[Result]:
+             progress: bool | str = False, names: Sequence[str] | None = None) -> list[Result]:
     """[job(item) for item in items]: independent runs (one seed each), in order.
 
     workers > 1 runs that many at once in forked processes, one thread each (on Linux;
     elsewhere one after another): each run is seeded by its item, so the results are the same,
     in less wall time on a machine with that many cores. `job` and the items must pickle (a
-    module-level function or a functools.partial of one, not a lambda). progress=True shows
-    one bar counting the runs.
+    module-level function or a functools.partial of one, not a lambda).
+    progress: one bar counting the runs, labelled with the task (a string) or "training"
+    (True); beside it, each run in progress by its name in `names` (one per item, default
+    "run 1", "run 2", ...) with the step and loss that `train` reached in it.
     """
     require_count("workers", workers)
-    bar = progress_bar(len(items), label) if progress else None
-    results = []
+    items = list(items)
+    label = _progress_label("progress", progress, "training")
+    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must name each of the {len(items)} items, got {len(names)} names")
+    board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
-        # One thread per process: a child forked while torch's threads ran could wait on them.
-        with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"),
-                                 initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            for result in pool.map(job, items):
-                results.append(result)
-                if bar is not None:
-                    bar.value = len(results)
-        return results
-    for item in items:
-        results.append(job(item))
-        if bar is not None:
-            bar.value = len(results)
+        return _run_in_processes(job, items, workers, board)
+    results = []
+    for index, item in enumerate(items):
+        with _reporting_to(functools.partial(board.step, index) if board else None):
+            results.append(job(item))
+        if board is not None:
+            board.finish(index)
     return results
+
+
+def _run_in_processes(job: Callable[[Item], Result], items: list[Item], workers: int,
+                      board: _RunBoard | None) -> list[Result]:
+    """run_each's runs in `workers` forked processes; their steps come back through a queue."""
+    context = multiprocessing.get_context("fork")
+    steps = context.Queue() if board is not None else None
+    # One thread per process: a child forked while torch's threads ran could wait on them.
+    with ProcessPoolExecutor(workers, context, initializer=_start_worker,
+                             initargs=(steps,)) as pool:
+        futures = [pool.submit(_run_reporting, job, index, item)
+                   for index, item in enumerate(items)]
+        index_of: dict[Future, int] = {future: i for i, future in enumerate(futures)}
+        pending = set(futures)
+        while pending:
+            ended, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            if board is not None:
+                _show_reports(steps, board)
+            for future in ended:
+                future.result()  # a run that failed raises here, at once
+                if board is not None:
+                    board.finish(index_of[future])
+    return [future.result() for future in futures]
+
+
+def _show_reports(steps: multiprocessing.Queue, board: _RunBoard) -> None:
+    """Pass every (run, step, steps, loss) the workers have sent so far to the board."""
+    while True:
+        try:
+            board.step(*steps.get_nowait())
+        except queue.Empty:
+            return
+
+
+_worker_steps: multiprocessing.Queue | None = None  # in a worker: where its runs' steps go
+
+
+def _start_worker(steps: multiprocessing.Queue | None) -> None:
+    global _worker_steps
+    torch.set_num_threads(1)
+    _worker_steps = steps
+
+
+def _run_reporting(job: Callable[[Item], Result], index: int, item: Item) -> Result:
+    """job(item) in a worker; its training steps go to the parent as (index, step, steps, loss)."""
+    sink = _worker_steps
+
+    def report(step: int, steps: int, loss: float) -> None:
+        sink.put((index, step, steps, loss))
+
+    with _reporting_to(None if sink is None else report):
+        return job(item)

@@ -398,10 +398,11 @@ def sequence_loss(model: Transformer, batch: Batch) -> Tensor:
 
 def train_transformer(task: str = "reverse", config: TransformerConfig | None = None, steps: int = 200,
                       n_sequences: int = 64, length: int = 8, lr: float = 3e-3, seed: int = 0,
-                      progress: bool = False) -> tuple[Transformer, list[float]]:
+                      progress: bool | str = False) -> tuple[Transformer, list[float]]:
     """Train a float64 Transformer on `task` with the course's one loop (Adam); returns (model, losses).
 
     Sources have `length` symbols in 1..vocab_size-1 (0 is BOS) and never come from the held-out part.
+    progress=True shows a bar labelled with the task, with the step and the loss.
     """
     config = TransformerConfig() if config is None else config
     if not isinstance(config, TransformerConfig):
@@ -412,16 +413,18 @@ def train_transformer(task: str = "reverse", config: TransformerConfig | None = 
     def loss_of_step(_: int) -> Tensor:
         return sequence_loss(model, toy_batch(task, n_sequences, length, config.vocab_size - 1, generator))
 
-    return model, train(loss_of_step, model.parameters(), steps, lr, progress=progress)
+    label = task if progress is True else progress
+    return model, train(loss_of_step, model.parameters(), steps, lr, progress=label)
 
 
 def final_losses(task: str, configs: dict[str, Callable[[int], TransformerConfig]],
                  seeds: list[int], steps: int, n_sequences: int, length: int, lr: float,
-                 last: int = 5, progress: bool = False, workers: int = 1) -> dict[str, list[float]]:
+                 last: int = 5, progress: bool | str = False, workers: int = 1) -> dict[str, list[float]]:
     """Train every configs[name](seed) for each seed (weights and batches from that seed) and
     return, per name, the mean loss of the `last` steps of each run: {name: [one per seed]}.
-    progress=True shows one bar that counts the runs; workers > 1 trains that many at once
-    (training.run_each: the same losses)."""
+    progress=True shows one bar that counts the runs, labelled with the task, and the step and
+    loss of each run going on; workers > 1 trains that many at once (training.run_each: the
+    same losses)."""
     require_count("last", last)
     if last > require_count("steps", steps):
         raise ValueError(f"last={last} is more than steps={steps}")
@@ -429,7 +432,9 @@ def final_losses(task: str, configs: dict[str, Callable[[int], TransformerConfig
     job = functools.partial(_final_loss, task=task, steps=steps, n_sequences=n_sequences,
                             length=length, lr=lr, last=last)
     losses: dict[str, list[float]] = {name: [] for name in configs}
-    for (name, _, _), loss in zip(runs, run_each(job, runs, workers, progress)):
+    names = [f"{name}, seed {seed}" for name, _, seed in runs]
+    label = task if progress is True else progress
+    for (name, _, _), loss in zip(runs, run_each(job, runs, workers, label, names)):
         losses[name].append(loss)
     return losses
 

@@ -1,11 +1,14 @@
-"""The one training loop: its written-out Adam and SGD against torch.optim, and its input checks."""
+"""The one training loop: its written-out Adam and SGD against torch.optim, its input checks, and
+what its progress bars show (live: the task, the step and the loss; saved: the same text on
+every run)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_lib.training import run_each, train
+from course_lib import training
+from course_lib.training import Progress, run_each, train
 
 
 def _problem(seed: int):
@@ -67,3 +70,66 @@ def test_run_each_in_two_processes_gives_the_runs_in_order_with_the_same_results
     seeds = [3, 1, 4, 1, 5]
     assert run_each(_seeded_loss, seeds, workers=2) == run_each(_seeded_loss, seeds) == [
         _seeded_loss(s) for s in seeds]
+
+
+class ShownBar:
+    """Stands in for progress_bar: records what a bar would show, without a notebook."""
+
+    def __init__(self, total: int, label: str, unit: str = "steps"):
+        self.total, self.label, self.unit, self.shown = total, label, unit, []
+
+    def update(self, done: float, text: str) -> None:
+        self.shown.append((done, text))
+
+
+@pytest.fixture
+def bars(monkeypatch) -> list[ShownBar]:
+    made: list[ShownBar] = []
+
+    def progress_bar(*args, **kwargs) -> ShownBar:
+        made.append(ShownBar(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(training, "progress_bar", progress_bar)
+    return made
+
+
+def test_a_training_bar_names_the_task_and_shows_the_step_and_the_loss(bars):
+    w = torch.tensor([3.0], requires_grad=True)
+    losses = train(lambda _: (w ** 2).sum(), [w], steps=100, lr=0.1, progress="toy task")
+    (bar,) = bars
+    assert (bar.label, bar.total) == ("toy task", 100)
+    assert len(bar.shown) == 50  # every other step: about 50 updates per run
+    done, text = bar.shown[-1]
+    assert done == 100 and text == f"step 100 of 100, loss {losses[-1]:.4g}"
+
+
+def test_run_each_in_two_processes_shows_each_runs_step_and_loss(bars):
+    seeds = [3, 1, 4]
+    shown = run_each(_seeded_loss, seeds, workers=2, progress="toy runs", names=["a", "b", "c"])
+    assert shown == run_each(_seeded_loss, seeds)  # the bar changes nothing
+    (bar,) = bars
+    assert (bar.label, bar.total, bar.unit) == ("toy runs", 3, "runs")
+    texts = [text for _, text in bar.shown]
+    for name in "abc":  # each run's steps came back from its process
+        assert any(f"{name}: step 20 of 20, loss" in text for text in texts), name
+    assert bar.shown[-1] == (3, "3 of 3 runs done")
+
+
+def test_a_bars_saved_text_is_the_same_whatever_it_showed_live():
+    bar = Progress(160, "reverse", unit="training steps")
+    before = bar._repr_mimebundle_()["text/plain"]
+    bar.update(80, "step 80 of 160, loss 0.412")
+    assert bar._repr_mimebundle_()["text/plain"] == before == repr(bar)
+    assert before == "reverse: 160 training steps (a live progress bar while the cell runs)"
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda w: train(lambda _: w.sum(), [w], steps=2, lr=0.1, progress=1), TypeError,
+     "progress must be True, False or the task's name"),
+    (lambda w: run_each(abs, [1, 2], names=["one"]), ValueError,
+     "names must name each of the 2 items"),
+])
+def test_bad_progress_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call(torch.zeros(2, requires_grad=True))

@@ -4,6 +4,9 @@ A LiveView holds some ipywidgets controls and one HTML view. Every change of a c
 calls `render(**values)`, which returns an HTML/SVG string; the view shows it. Arrays are
 precomputed when the widget is built, so a redraw is string formatting, not model work.
 Errors inside a callback are printed into an Output below the view instead of vanishing.
+
+ipywidgets is imported inside the functions that build widgets, not at the top of a module:
+a lesson imports its widget module in its first cells, and builds the widget later.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import re
 import time
 import traceback
 from html import escape
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import ipywidgets as widgets
+if TYPE_CHECKING:
+    import ipywidgets as widgets
 
 
 class LiveView:
@@ -23,6 +27,8 @@ class LiveView:
 
     def __init__(self, controls: dict[str, widgets.ValueWidget],
                  render: Callable[..., str]):
+        import ipywidgets as widgets
+
         self.controls = controls
         self.render = render
         self.view = widgets.HTML()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from html import escape
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 from torch import Tensor
@@ -79,6 +78,8 @@ def graph_widget() -> LiveView:
     """Threshold, residual share and a query: the paths through the induction model's two
     layers, that query's rollout row (the sum over those paths), and beside it the positions
     whose token, replaced, moves that query's prediction (an ablation, as in the lesson)."""
+    import ipywidgets as widgets
+
     layers, labels = induction_layers()
     mixed = {r: [with_residual(w, r).numpy() for w in layers] for _, r in RESIDUALS}
     rollouts = {r: attention_rollout(layers, r).numpy() for _, r in RESIDUALS}
@@ -123,6 +124,8 @@ N_PATTERNS, WIDTH, TRIALS = 16, 16, RETRIEVAL_TRIALS
 def hopfield_widget(seed: int = 0) -> LiveView:
     """beta and noise: one noisy query's run (energy per step, final weights on the patterns)
     and the retrieval rate over TRIALS random pattern sets at that beta and noise."""
+    import ipywidgets as widgets
+
     patterns = random_patterns(N_PATTERNS, WIDTH, TRIALS, seed)  # (TRIALS, S, D)
     clean_queries = [noisy_queries(patterns, noise, seed + 1) for noise in NOISES]
     targets = clean_queries[0][1]  # the same targets for every noise level (same seed)

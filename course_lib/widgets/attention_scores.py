@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -20,6 +19,8 @@ D_K_CHOICES = [2 ** p for p in range(0, 10)]  # 1 ... 512
 
 def query_alignment_widget() -> LiveView:
     """Rotate and stretch one 2-D query; its scores q.k and softmax weights follow."""
+    import ipywidgets as widgets
+
     keys = torch.tensor(KEYS_2D, dtype=torch.float32)
 
     def render(angle: float, length: float) -> str:
@@ -39,6 +40,8 @@ def query_alignment_widget() -> LiveView:
 
 def scale_widget() -> LiveView:
     """Pick d_k and scale on/off; read the entropy of attention rows and the gradient reaching q."""
+    import ipywidgets as widgets
+
     runs = {scaled: [softmax_saturation(d, scaled) for d in D_K_CHOICES] for scaled in (True, False)}
     log_d = np.log2(D_K_CHOICES)
 

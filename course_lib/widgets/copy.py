@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -25,6 +24,8 @@ def gap_widget(seed: int = 0) -> LiveView:
     gap times a fixed pattern); a redraw only formats the stored accuracy, weights and
     predictions.
     """
+    import ipywidgets as widgets
+
     # every token at every source position: (N, T) ids and targets
     test_ids, test_targets = every_token_everywhere(VOCAB, LENGTH, OFFSET, seed=seed)
     shown = torch.randint(VOCAB, (N_SHOWN, LENGTH),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-import ipywidgets as widgets
 import torch
 
 from ..logic_rules import RELATIONS, TOKEN, VOCAB, encode, rule_targets, strictly_right
@@ -21,6 +20,8 @@ def sentence_widget(models: dict[str, TinyModel], sentences: Sequence[Sequence[s
     against the rule table's, and the three most likely relations at r1's slot. Everything is
     computed once here; a redraw only formats it.
     """
+    import ipywidgets as widgets
+
     if (not isinstance(models, dict) or not models
             or not all(isinstance(m, TinyModel) for m in models.values())):
         raise TypeError("models must be a non-empty dict of name -> TinyModel")

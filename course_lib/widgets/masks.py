@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from html import escape
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -42,6 +41,8 @@ def _mask_for(kind: str, mask_name: str, rows: int, cols: int, lengths: list[int
 
 def mask_explorer_widget() -> LiveView:
     """Choose the attention use, scorer, sentence pair, mask and score scale; move the query; weights update."""
+    import ipywidgets as widgets
+
     source, target = toy_translation_batch()  # (B, n, D), (B, m, D)
     embedded = {"source": source, "target": target}
     tokens = {"source": SOURCE, "target": TARGET}

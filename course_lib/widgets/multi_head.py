@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -28,6 +27,8 @@ def heads_widget(models: dict) -> LiveView:
     """models: {n_heads: a trained multi_head_model}. Shows the chosen head's mean pattern,
     its weight on the previous and the first position, and both relations' accuracy when
     this head alone is silenced. Everything is computed here, once; a redraw only formats."""
+    import ipywidgets as widgets
+
     if not isinstance(models, dict) or not models:
         raise TypeError("models must be a non-empty dict {n_heads: trained model}")
     facts = {}

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from html import escape
+from typing import TYPE_CHECKING
 
-import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from ..normalization import COMPOSITIONS, EMBED_DIM, dependence_mask, normalize_tokens, toy_batch
 from ..plots import svg_bars, svg_curve
 from . import LiveView, row
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FEATURES = [f"f{i}" for i in range(EMBED_DIM)]
 WATCH_FEATURE = 3  # a feature with a large mean (2.0), so zero padding moves its statistics a lot
@@ -47,6 +48,8 @@ def _message_box(title: str, text: str, width: int = 260) -> str:
 
 def normalization_widget() -> LiveView:
     """Batch composition, sequence length, padding: the watched token "cat" under BN, LN and RMSNorm."""
+    import ipywidgets as widgets
+
     table = {(name, length, padding, masked): _watched_token(others, length, padding, masked)
              for name, others in COMPOSITIONS.items() for length in LENGTHS
              for padding in PADDINGS for masked in (False, True)}
@@ -97,6 +100,8 @@ def draw_shared_slices(shape: tuple[int, int, int] = (4, 5, 6), entry: tuple[int
              "layer": "LayerNorm: one token,\nevery feature (centred)",
              "rms": "RMSNorm: one token,\nevery feature (not centred)"}
     masks = {kind: dependence_mask(lambda z, k=kind: normalize_tokens(k, z), x, entry) for kind in kinds}
+    import matplotlib.pyplot as plt  # here: importing the widget module stays quick
+
     fig = plt.figure(figsize=(11, 4.2), dpi=72)
     n_b, n_t, n_d = shape
     corners = np.array([[i, j, k] for i in (0, n_t) for j in (0, n_b) for k in (0, n_d)])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from itertools import product
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -59,6 +58,8 @@ def permutation_widget() -> LiveView:
     position vectors, for one attention layer or a whole post-LN encoder block. Shows the
     attention weights on the permuted sentence, how far each output row moved away from the
     permuted original output (0 everywhere = equivariant), and what the biases changed."""
+    import ipywidgets as widgets
+
     x, params, positions = _model()
     names = list(PERMUTATIONS)
     # Row 0 of the batch is the sentence itself, rows 1.. its permutations: one forward pass each setting.

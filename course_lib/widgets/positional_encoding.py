@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -30,6 +29,8 @@ def _band_pairs(d_model: int, band: str) -> range:
 
 def offset_widget() -> LiveView:
     """Offset k, width d and frequency band: the curve PE_t . PE_{t+k} and one pair turning by c_j k."""
+    import ipywidgets as widgets
+
     offsets = np.arange(-MAX_OFFSET, MAX_OFFSET + 1)
     # per d: cos(c_j k) for every offset and pair, (2 * MAX_OFFSET + 1, d/2)
     terms = {d: np.cos(offsets[:, None] * frequencies(d).numpy()) for d in D_CHOICES}
@@ -82,6 +83,8 @@ def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
     direction), and a query and key position whose first pair is drawn. Equal colours run
     along the diagonals (the score depends on n - m only); the table is symmetric only at 0 or 180 deg.
     """
+    import ipywidgets as widgets
+
     gen = torch.Generator().manual_seed(seed)
     query = torch.randn(d_head, generator=gen, dtype=torch.float64)
     length = len(ROPE_TOKENS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -18,6 +17,8 @@ def decoding_widget(model: Transformer, task: str, length: int = 8, n_examples: 
 
     Every decoding is done once at build time (greedy_decode); a redraw only formats arrays.
     """
+    import ipywidgets as widgets
+
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     batch = toy_batch(task, n_examples, length, model.config.vocab_size - 1,
