@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
-import queue
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -256,7 +255,9 @@ def _run_in_processes(job: Callable[[Item], Result], items: list[Item], workers:
                       board: _RunBoard | None) -> list[Result]:
     """run_each's runs in `workers` forked processes; their steps come back through a queue."""
     context = multiprocessing.get_context("fork")
-    steps = context.Queue() if board is not None else None
+    # A SimpleQueue's put is written to its pipe before it returns, so a run's last steps are
+    # there before its result: none arrives after the run was counted done (and dropped).
+    steps = context.SimpleQueue() if board is not None else None
     # One thread per process: a child forked while torch's threads ran could wait on them.
     with ProcessPoolExecutor(workers, context, initializer=_start_worker,
                              initargs=(steps,)) as pool:
@@ -275,19 +276,16 @@ def _run_in_processes(job: Callable[[Item], Result], items: list[Item], workers:
     return [future.result() for future in futures]
 
 
-def _show_reports(steps: multiprocessing.Queue, board: _RunBoard) -> None:
+def _show_reports(steps: multiprocessing.SimpleQueue, board: _RunBoard) -> None:
     """Pass every (run, step, steps, loss) the workers have sent so far to the board."""
-    while True:
-        try:
-            board.step(*steps.get_nowait())
-        except queue.Empty:
-            return
+    while not steps.empty():
+        board.step(*steps.get())
 
 
-_worker_steps: multiprocessing.Queue | None = None  # in a worker: where its runs' steps go
+_worker_steps: multiprocessing.SimpleQueue | None = None  # in a worker: where its runs' steps go
 
 
-def _start_worker(steps: multiprocessing.Queue | None) -> None:
+def _start_worker(steps: multiprocessing.SimpleQueue | None) -> None:
     global _worker_steps
     torch.set_num_threads(1)
     _worker_steps = steps

@@ -261,7 +261,8 @@ FORGER = """import course_lib.checks.hand_in as _h
 from course_lib.attention_scores import entropy as _entropy
 _collect = _h.collect
 _h.collect = lambda spec, fn, seed: _collect(spec, _entropy if spec.name == "row_entropy" else fn, seed)
-check_row_entropy = lambda fn: None
+import course_lib.checks.attention_scores as _checks
+_checks.check_row_entropy = lambda fn: None  # the graded cell imports its check from there
 """ + HONEST_SOFTMAX
 CHEATS = {  # student: (answers, the exercises that earn nothing)
     "subclass": ({"row_entropy": SUBCLASS}, {"row_entropy"}),
