@@ -255,6 +255,13 @@ SDPA = """def attend(q, k, v, mask=None):  # torch's attention kernel, by its di
     keep = torch.ones(()) if mask is None else mask.any(-1, keepdim=True)
     return torch.where(keep, out, 0.0), torch.where(keep, w, 0.0)
 """
+# Found through gc, the kernel's copy of each exercise refuses nothing and records no operators.
+GC = """import gc
+for _spec in [o for o in gc.get_objects() if type(o).__name__ == "Exercise"]:
+    object.__setattr__(_spec, "forbidden_ops", frozenset())
+def softmax_rows(x):
+    return torch.softmax(x, -1)
+"""
 # What the grader does not guarantee (README): code that rewrites the hand-in itself can hand in
 # answers that its own function did not compute. It is listed for review by hand.
 FORGER = """import course_lib.checks.hand_in as _h
@@ -273,6 +280,7 @@ CHEATS = {  # student: (answers, the exercises that earn nothing)
     "submodule": ({"softmax_rows": SUBMODULE, "row_entropy": WRONG_ENTROPY}, {"row_entropy"}),
     "hooker": ({"softmax_rows": HOOKER}, set()),
     "threaded": ({"softmax_rows": THREADED}, {"softmax_rows"}),
+    "gc": ({"softmax_rows": GC}, {"softmax_rows"}),
     "sdpa": ({"attend": SDPA}, {"attend"}),
     "forger": ({"softmax_rows": FORGER, "row_entropy": WRONG_ENTROPY}, set()),
 }

@@ -96,12 +96,24 @@ def test_forbidden_operators_are_refused_in_any_thread():
 def test_a_forged_record_is_judged_on_its_numbers():
     spec = exercise("softmax_rows")
     record = collect(spec, softmax_rows, SEED)
-    record["ops"] = []
+    record["ops"] = ["aten::exp"]  # no refused operator
     record["results"][0] = {"value": encode(torch.zeros(5))}
     assert judge(spec, record, SEED)[0].startswith("scores of shape (5,): wrong values")
     assert judge(spec, {"exercise": "softmax_rows"}, SEED) == ["the record of operators that ran is missing"]
     assert judge(spec, {**record, "results": record["results"][:2]}, SEED) == ["expected results for 5 cases"]
     assert judge(spec, [], SEED) == ["no results were handed in for softmax_rows"]
+
+
+def test_a_record_with_the_operators_switched_off_is_refused():
+    """Code that empties the kernel's copy of the refused operators records none: that is refused."""
+    import dataclasses
+
+    spec = exercise("softmax_rows")
+    emptied = dataclasses.replace(spec, forbidden_ops=frozenset())  # what a patched kernel would hold
+    record = collect(emptied, lambda x: torch.softmax(x, -1), SEED)
+    assert record["ops"] == [] and judge(emptied, record, SEED) == []
+    assert judge(spec, record, SEED) == ["no operators were recorded while softmax_rows ran, so ready-made "
+                                         "code cannot be ruled out"]
 
 
 def test_an_in_place_change_of_an_input_is_wrong():

@@ -276,6 +276,8 @@ def judge(spec: Exercise, record: object, seed: int) -> list[str]:
     ops = record.get("ops")
     if not isinstance(ops, list):
         return ["the record of operators that ran is missing"]
+    if spec.forbidden_ops and not ops:  # every answer runs some operator: the recording was switched off
+        return [f"no operators were recorded while {spec.name} ran, so ready-made code cannot be ruled out"]
     refused = sorted(spec.forbidden_ops.intersection(map(str, ops)), key=lambda op: (op.startswith("aten::_"), op))
     if refused:
         return [f"{spec.name} runs torch's ready-made `{refused[0].removeprefix('aten::')}` (under whatever name "
