@@ -6,6 +6,7 @@ a right one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
@@ -14,6 +15,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import nbformat
 import pytest
@@ -50,37 +52,45 @@ def assert_snapshots_before_run(page) -> None:
     assert page.locator(".tr-live").count() == 0, "a live widget showed before a cell ran"
 
 
-def test_lesson_01_shows_snapshots_then_live_widgets_in_jupyterlab(tmp_path):
+@contextlib.contextmanager
+def learner_page(served: Path, log: Path) -> Iterator[tuple[str, object, list[str]]]:
+    """JupyterLab serving `served`, and a page of headless Chromium on it: (url, page, errors).
+
+    `errors` collects the page's JavaScript errors; the browser closes when the block ends."""
     from playwright.sync_api import Error, sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    # Serve a copy: JupyterLab writes checkpoints (and may autosave) beside what it opens.
-    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
-    log = ARTIFACTS / "jupyterlab.log"
-    with jupyterlab(tmp_path, log) as url, sync_playwright() as playwright:
+    with jupyterlab(served, log) as url, sync_playwright() as playwright:
         try:
             browser = playwright.chromium.launch(headless=True, **launch_options())
         except Error as error:
             pytest.fail(f"{browser_missing_message()}\n{error}")
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors = []
+            errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            open_lesson(page, url.format(path=LESSON))
-            try:
-                assert_snapshots_before_run(page)
-            finally:
-                page.screenshot(path=str(ARTIFACTS / "lesson01-before.png"))
-            times = run_lesson(page, url.format(path=LESSON), presses=10, navigate=False,
-                               screenshot=ARTIFACTS / "lesson01-after.png")
-            after = page.locator(".jp-Notebook").inner_text()
-            assert WIDGET_ERROR not in after, "a widget shows an error after Run All"
-            stderr = page.locator(
-                ".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
-            assert stderr.count() == 0, ("a cell wrote an error in the browser: "
-                                         f"{stderr.first.inner_text()[:500]}")
+            yield url, page, errors
         finally:
             browser.close()
+
+
+def test_lesson_01_shows_snapshots_then_live_widgets_in_jupyterlab(tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    # Serve a copy: JupyterLab writes checkpoints (and may autosave) beside what it opens.
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    with learner_page(tmp_path, ARTIFACTS / "jupyterlab.log") as (url, page, errors):
+        open_lesson(page, url.format(path=LESSON))
+        try:
+            assert_snapshots_before_run(page)
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "lesson01-before.png"))
+        times = run_lesson(page, url.format(path=LESSON), presses=10, navigate=False,
+                           screenshot=ARTIFACTS / "lesson01-after.png")
+        after = page.locator(".jp-Notebook").inner_text()
+        assert WIDGET_ERROR not in after, "a widget shows an error after Run All"
+        stderr = page.locator(
+            ".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
+        assert stderr.count() == 0, ("a cell wrote an error in the browser: "
+                                     f"{stderr.first.inner_text()[:500]}")
     (ARTIFACTS / "browser_roundtrip.json").write_text(json.dumps({"ms": times}, indent=1))
     print(f"widget round trip over {len(times)} presses: median "
           f"{statistics.median(times):.1f} ms, max {max(times):.1f} ms")
@@ -145,57 +155,45 @@ def screenshot_cells(page, cells: list, path: Path) -> None:
 
 
 def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(tmp_path):
-    from playwright.sync_api import Error, sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     for folder in ("notebooks", "exercises"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
     exercise = nbformat.read(ROOT / EXERCISES, as_version=4)
     index = {c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(exercise.cells)}
-    with jupyterlab(tmp_path, ARTIFACTS / "jupyterlab-exercises.log") as url, sync_playwright() as playwright:
-        try:
-            browser = playwright.chromium.launch(headless=True, **launch_options())
-        except Error as error:
-            pytest.fail(f"{browser_missing_message()}\n{error}")
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            open_lesson(page, url.format(path=LESSON))
-            # (a) The lesson's opening cell links to its exercise set, and the link opens it.
-            opening = notebook_cells(page).first
-            opening.screenshot(path=str(ARTIFACTS / "lesson01-opening.png"))
-            link = opening.get_by_role("link", name="exercise set 01")
-            assert link.count() == 1, "the opening cell of lesson 01 has no link 'exercise set 01'"
-            assert urllib.parse.urlsplit(link.get_attribute("href")).path.endswith("/" + EXERCISES)
-            link.click()
-            page.locator(".jp-NotebookPanel:visible").get_by_role("heading", name="Exercise set 01").wait_for()
-            wait_for_kernel(url, EXERCISES)
-            answer, check = index["softmax_rows"], index["softmax_rows_check"]
-            # (b) The check cell run first, in a fresh kernel: one line naming the cell to run.
-            output = run_cell(page, check).locator(".jp-OutputArea-output")
-            assert output.inner_text().strip() == "Run the first code cell (setup) first, then your `softmax_rows` cell."
-            assert output.locator(".ansi-red-fg").count() == 1
-            screenshot_cells(page, [notebook_cells(page).nth(check)], ARTIFACTS / "exercise01-setup-skipped.png")
-            # Then as the intro says: the setup cell, the stub, the check.
-            run_cell(page, index["setup"])
-            run_cell(page, answer)
-            assert "`softmax_rows` is not written yet" in run_cell(page, check).inner_text()
-            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
-                             ARTIFACTS / "exercise01-stub.png")
-            type_answer(page, answer, WRONG)
-            run_cell(page, answer)
-            assert "Likely bug: softmax over the wrong axis?" in run_cell(page, check).inner_text()
-            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
-                             ARTIFACTS / "exercise01-wrong.png")
-            # (c) A right answer: the check prints its one green line, and nothing else.
-            type_answer(page, answer, RIGHT)
-            run_cell(page, answer)
-            output = run_cell(page, check).locator(".jp-OutputArea-output")
-            assert output.inner_text().strip() == "✔ softmax_rows: passed"
-            assert output.locator(".ansi-green-fg").inner_text() == "✔ softmax_rows: passed"
-            screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
-                             ARTIFACTS / "exercise01-right.png")
-        finally:
-            browser.close()
+    with learner_page(tmp_path, ARTIFACTS / "jupyterlab-exercises.log") as (url, page, errors):
+        open_lesson(page, url.format(path=LESSON))
+        # (a) The lesson's opening cell links to its exercise set, and the link opens it.
+        opening = notebook_cells(page).first
+        opening.screenshot(path=str(ARTIFACTS / "lesson01-opening.png"))
+        link = opening.get_by_role("link", name="exercise set 01")
+        assert link.count() == 1, "the opening cell of lesson 01 has no link 'exercise set 01'"
+        assert urllib.parse.urlsplit(link.get_attribute("href")).path.endswith("/" + EXERCISES)
+        link.click()
+        page.locator(".jp-NotebookPanel:visible").get_by_role("heading", name="Exercise set 01").wait_for()
+        wait_for_kernel(url, EXERCISES)
+        answer, check = index["softmax_rows"], index["softmax_rows_check"]
+        # (b) The check cell run first, in a fresh kernel: one line naming the cell to run.
+        output = run_cell(page, check).locator(".jp-OutputArea-output")
+        assert output.inner_text().strip() == "Run the first code cell (setup) first, then your `softmax_rows` cell."
+        assert output.locator(".ansi-red-fg").count() == 1
+        screenshot_cells(page, [notebook_cells(page).nth(check)], ARTIFACTS / "exercise01-setup-skipped.png")
+        # Then as the intro says: the setup cell, the stub, the check.
+        run_cell(page, index["setup"])
+        run_cell(page, answer)
+        assert "`softmax_rows` is not written yet" in run_cell(page, check).inner_text()
+        screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                         ARTIFACTS / "exercise01-stub.png")
+        type_answer(page, answer, WRONG)
+        run_cell(page, answer)
+        assert "Likely bug: softmax over the wrong axis?" in run_cell(page, check).inner_text()
+        screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                         ARTIFACTS / "exercise01-wrong.png")
+        # (c) A right answer: the check prints its one green line, and nothing else.
+        type_answer(page, answer, RIGHT)
+        run_cell(page, answer)
+        output = run_cell(page, check).locator(".jp-OutputArea-output")
+        assert output.inner_text().strip() == "✔ softmax_rows: passed"
+        assert output.locator(".ansi-green-fg").inner_text() == "✔ softmax_rows: passed"
+        screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                         ARTIFACTS / "exercise01-right.png")
     assert not errors, errors
