@@ -38,7 +38,14 @@ $(STAMP): pyproject.toml
 		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
-setup: $(STAMP)
+# Every Jupyter server run from the venv (make lab, the hub's student servers, the tests') sends
+# kernel messages without Nagle's delay: see course_lib/serving.py.
+SERVER_CONFIG := $(VENV)/etc/jupyter/jupyter_server_config.json
+$(SERVER_CONFIG): $(STAMP)
+	@mkdir -p $(dir $@)
+	@echo '{"ServerApp": {"kernel_websocket_connection_class": "course_lib.serving.PromptKernelConnection"}}' > $@
+
+setup: $(STAMP) $(SERVER_CONFIG)
 
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
