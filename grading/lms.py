@@ -34,14 +34,15 @@ from traitlets import Unicode
 
 # The names each LMS gives a downloaded file, looked up in their source code:
 # Canvas (lib/content_zipper.rb): <sortable name, lowercased, only word characters>[_LATE]_<user id>
-#   _<attachment id>_<file name>; an anonymous assignment puts anon_<id> in place of the name and id.
+#   _<attachment id>_<file name>; an anonymous assignment puts anon_<id> in place of the name and id
+#   (so a name never starts with anon_ or LATE_, and the shortest name that fits is the one).
 # Moodle (mod/assign/classes/downloader.php): <full name, "_" made " ">_<participant id>
 #   _assignsubmission_file_<file name>, or, with "download submissions in folders" (the default
 #   since Moodle 3.1), <full name>_<participant id>_assignsubmission_file/<file name>.
 # Each pattern sees the path of the file inside the staging folder, hence the leading `.*/`.
 PATTERNS = {
-    "canvas": r".*/(?:(?P<name>\w*?)_)?(?:(?P<late>LATE)_)?(?P<lms_id>anon_\w+?|\d+)_(?P<attachment>\d+)_"
-              r"(?P<file_id>[^/]+)$",
+    "canvas": r".*/(?:(?!anon_|LATE_)(?P<name>\w*?)_)?(?:(?P<late>LATE)_)?(?P<lms_id>anon_[A-Za-z0-9]+|\d+)_"
+              r"(?P<attachment>\d+)_(?P<file_id>[^/]+)$",
     "moodle": r".*/(?P<name>[^/_]+)_(?P<lms_id>\d+)_assignsubmission_file[_/](?P<file_id>[^/]+)$",
 }
 
@@ -136,7 +137,6 @@ def safe_extract(archive: Path, dest: Path, limits: ZipLimits = ZipLimits()) -> 
                 copy_entry(zf, info, dest, target, limits.file_bytes)
             except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
                 problems.append(f"{info.filename}: could not be extracted ({error}); skipped")
-                target.unlink(missing_ok=True)
                 continue
             extracted.append(target)
     return extracted, problems
@@ -154,12 +154,16 @@ def copy_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, target: P
     # O_EXCL: a second entry with the same name, or anything already there, is refused, not overwritten.
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     written = 0
-    with os.fdopen(fd, "wb") as out, zf.open(info) as data:
-        while chunk := data.read(2**20):
-            written += len(chunk)
-            if written > most:
-                raise ValueError(f"more than {most} bytes once uncompressed")
-            out.write(chunk)
+    try:
+        with os.fdopen(fd, "wb") as out, zf.open(info) as data:
+            while chunk := data.read(2**20):
+                written += len(chunk)
+                if written > most:
+                    raise ValueError(f"more than {most} bytes once uncompressed")
+                out.write(chunk)
+    except BaseException:
+        target.unlink()  # this entry's own file, half written (a file already there was never opened)
+        raise
     stamp = datetime.datetime(*info.date_time).timestamp()
     os.utime(target, (stamp, stamp))
 
