@@ -246,3 +246,33 @@ def test_names_sets_and_students_are_read_as_each_lms_writes_them():
     assert match_student(roster, "canvas", "9", "smithbob").student_id == "bob"  # Canvas's lastfirst
     assert match_student(roster, "moodle", "77", "Alice  Doe").student_id == "alice"
     assert match_student(roster, "moodle", "78", "Alice Smith") is None
+
+
+def test_the_kubernetes_files_parse_and_pin_what_pyproject_pins():
+    """hub/kubernetes/ is documentation, not run here: it must at least parse and agree with the course."""
+    import re
+    import tomllib
+
+    import yaml
+
+    folder = ROOT / "hub" / "kubernetes"
+    values = yaml.safe_load((folder / "values.yaml").read_text())
+    mounts = values["singleuser"]["storage"]["extraVolumeMounts"]
+    assert {"name": "exchange", "mountPath": "/srv/nbgrader/exchange"} in mounts
+    assert 'c.Exchange.root = "/srv/nbgrader/exchange"' in values["singleuser"]["extraFiles"]["nbgrader-config"][
+        "stringData"]
+    assert values["cull"]["enabled"] and values["hub"]["config"]["Authenticator"]["admin_users"]
+    assert len(list(yaml.safe_load_all((folder / "volumes.yaml").read_text()))) == 2
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = dict(re.match(r"([\w-]+)==([^\s;]+)", p).groups() for p in
+                  project["dependencies"] + project["optional-dependencies"]["dev"] if "==" in p)
+    dockerfile = (folder / "Dockerfile").read_text()
+    in_image = dict(re.findall(r"([\w-]+)==([\w.*]+)", dockerfile))
+    assert {"torch", "nbgrader"} <= set(in_image)
+    assert {name: version for name, version in in_image.items() if name in pinned} == \
+        {name: pinned[name] for name in in_image if name in pinned}
+    assert "https://download.pytorch.org/whl/cpu" in dockerfile
+    copied = re.findall(r"^COPY (\S+)", dockerfile, re.M)
+    assert not {"solutions", "tests", "grading", "nbgrader_config.py"} & set(copied)
+    ignored = (folder / "Dockerfile.dockerignore").read_text().split()
+    assert {".venv", "solutions", "tests", "grading", "gradebook.db"} <= set(ignored)
