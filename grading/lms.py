@@ -218,7 +218,9 @@ def match_student(roster: list[Student], lms: str, lms_id: str, name: str) -> St
     if by_id:
         return by_id[0]
     if lms == "canvas":  # Canvas writes "Last, First" as lastfirst; a roster may say First Last
-        forms = lambda s: {squeeze(s.name), squeeze(" ".join(s.name.split()[-1:] + s.name.split()[:-1]))}
+        def forms(student: Student) -> set[str]:
+            words = student.name.split()
+            return {squeeze(student.name), squeeze(" ".join(words[-1:] + words[:-1]))}
         found = [s for s in roster if name and squeeze(name) in forms(s)]
     else:
         found = [s for s in roster if " ".join(s.name.split()).lower() == " ".join(name.split()).lower()]
@@ -256,7 +258,7 @@ class LmsCollector(FileNameCollectorPlugin):
 
 
 def detect_lms(paths: list[Path], root: Path) -> str | None:
-    """canvas or moodle, if every notebook's name fits exactly one of them; else None."""
+    """The one LMS whose naming the notebooks' names follow (canvas or moodle); None if neither or both."""
     fits = {lms: sum(bool(re.match(p, "/" + str(path.relative_to(root)))) for path in paths)
             for lms, p in PATTERNS.items()}
     matching = [lms for lms, n in fits.items() if n]
@@ -359,10 +361,12 @@ def write_canvas_csv(path: Path, rows: list[dict], sets: list[str], max_scores: 
                      columns: dict[str, str]) -> None:
     """Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, one column per set.
 
-    The second row, "Points Possible", is the one Canvas's own export writes; Canvas reads a
-    column as an existing assignment when its header is "<assignment name> (<assignment id>)",
-    as in that export (`columns` maps a set to it). A blank cell leaves Canvas's grade as it is.
-    Rows: each Canvas user found in the download (anonymous ids cannot be imported).
+    Canvas's importer (app/models/gradebook_importer.rb) wants those five student columns, a row
+    per student found by its ID (the Canvas user id), and reads the "Points Possible" row when
+    there is one, as its own export writes it: here the set's points. A column is matched to an
+    assignment by "<title> (<assignment id>)", as that export names it (`columns` maps a set to
+    it), or by the title alone; a title Canvas does not know makes a new assignment. A blank cell
+    leaves Canvas's grade as it is. Rows: each Canvas user of the download (not anonymous ids).
     """
     by_user: dict[str, dict] = {}
     for row in rows:
