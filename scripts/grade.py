@@ -41,8 +41,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
+
+if TYPE_CHECKING:  # grading/ is imported only for an LMS download
+    from grading.lms import Collected
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGING = ".grading"  # inside the course: normalized copies of the submissions, rebuilt every run
@@ -483,7 +487,7 @@ def print_table(subs: list[Submission], elapsed: float, jobs: int) -> None:
           f"({sum(ran) / max(len(ran), 1):.1f} s each, {jobs} at a time)")
 
 
-def lms_rows(collected, subs: list[Submission]) -> list[dict]:
+def lms_rows(collected: Collected, subs: list[Submission]) -> list[dict]:
     """One row per graded file of the download, for the LMS's import CSV: a score only if graded."""
     rows = []
     for sub in subs:
@@ -494,7 +498,7 @@ def lms_rows(collected, subs: list[Submission]) -> list[dict]:
     return rows
 
 
-def write_lms_csv(course: Path, collected, subs: list[Submission], max_scores: dict[str, float],
+def write_lms_csv(course: Path, collected: Collected, subs: list[Submission], max_scores: dict[str, float],
                   columns: dict[str, str]) -> list[Path]:
     """The grades as the LMS the download came from imports them; returns the files written."""
     from grading.lms import write_canvas_csv, write_moodle_csv
