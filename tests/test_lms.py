@@ -102,6 +102,7 @@ def runs(tmp_path_factory) -> dict:
     with zipfile.ZipFile(moodle, "w") as z:
         entry(z, f"Alice Doe_77_assignsubmission_file/{SET01}.ipynb", right)  # "download in folders"
         entry(z, f"Bob Smith_78_assignsubmission_file_{SET01}.ipynb", wrong)  # the flat form
+        entry(z, "Carol King_79_assignsubmission_file/homework.ipynb", right)  # which set? (no --set)
     run = grade(course, "--submissions", str(moodle), "--roster", str(tmp / "roster.csv"))
     assert run.returncode == 0, run.stderr
     results |= {"moodle": scores(course), "moodle_out": run.stdout,
@@ -164,6 +165,11 @@ def test_the_moodle_worksheet(runs):
                    ("Participant 78", "Bob Smith", f"{bob:g}", f"{full:g}")]
     assert all(r["Last modified (grade)"] for r in runs["moodle_csv"])
     assert "for Moodle to import" in runs["moodle_out"]
+
+
+def test_a_file_whose_set_cannot_be_told_is_refused_by_name(runs):
+    assert ("download: Carol King_79_assignsubmission_file/homework.ipynb: no exercise set is named "
+            "homework.ipynb") in runs["moodle_out"] and "pass --set" in runs["moodle_out"]
 
 
 def test_a_broken_or_unrecognised_zip_stops_with_a_message_naming_it(runs, tmp_path):
