@@ -63,8 +63,11 @@ test: setup system
 	$(BIN)/python -m pytest $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest notebooks $(wildcard solutions) $(NBVAL)
 
+# SUBMISSIONS: a folder of <student>/<set>/, or a zip downloaded from Canvas or Moodle, with
+# optionally ROSTER=roster.csv (student id, name, LMS user id), LMS=canvas|moodle, SET=<set>.
 grade: setup system
-	$(BIN)/python scripts/grade.py $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS))
+	$(BIN)/python scripts/grade.py $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS)) \
+		$(if $(ROSTER),--roster $(ROSTER)) $(if $(LMS),--lms $(LMS)) $(if $(SET),--set $(SET))
 
 exercises: setup
 	$(BIN)/python scripts/grade.py --exercises-only
@@ -82,4 +85,5 @@ bench: setup system
 	$(BIN)/python scripts/bench.py
 
 clean:
-	rm -rf $(VENV) gradebook.db submitted autograded feedback grades.csv test-artifacts
+	rm -rf $(VENV) gradebook.db submitted autograded feedback grades.csv canvas-grades.csv \
+		moodle-grades-*.csv test-artifacts

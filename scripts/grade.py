@@ -1,6 +1,6 @@
 """Instructor's grading run: student versions, autograding, feedback and a grades CSV.
 
-Usage: python scripts/grade.py [--course DIR] [--submissions DIR] [--exercises-only]
+Usage: python scripts/grade.py [--course DIR] [--submissions DIR|ZIP] [--exercises-only]
   1. nbgrader generate_assignment for every set in solutions/ -> exercises/<set>/
      (skipped when solutions/ and nbgrader_config.py are unchanged since the last run)
   2. every submission <submissions>/<student>/<set>/*.ipynb is checked on its own: a file
@@ -16,7 +16,10 @@ Usage: python scripts/grade.py [--course DIR] [--submissions DIR] [--exercises-o
      is one that hit a limit (memory, processes, disk, output, time), with the limit named.
   4. grades.csv written fresh: one row per student and set, with a status column
      (graded, needs manual grading, flagged, not submitted)
-Submissions are read from <submissions>/<student>/<set>/ (default: submitted/).
+Submissions are read from <submissions>/<student>/<set>/ (default: submitted/), or from a zip
+downloaded from Canvas or Moodle (grading/lms.py: the zip's files are checked and extracted into
+the staging folder, filed per student by nbgrader's zip_collect, and the grades are also written
+as the CSV that LMS imports: canvas-grades.csv, or moodle-grades-<set>.csv).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import datetime
 import hashlib
 import html
 import os
@@ -37,8 +41,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
+
+if TYPE_CHECKING:  # grading/ is imported only for an LMS download
+    from grading.lms import Collected
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGING = ".grading"  # inside the course: normalized copies of the submissions, rebuilt every run
@@ -479,10 +487,49 @@ def print_table(subs: list[Submission], elapsed: float, jobs: int) -> None:
           f"({sum(ran) / max(len(ran), 1):.1f} s each, {jobs} at a time)")
 
 
+def lms_rows(collected: Collected, subs: list[Submission]) -> list[dict]:
+    """One row per graded file of the download, for the LMS's import CSV: a score only if graded."""
+    rows = []
+    for sub in subs:
+        handed = [h for h in collected.handed if (h.student, h.set_name) == (sub.student, sub.set_name)]
+        if handed:
+            rows.append({"lms_id": handed[-1].lms_id, "name": handed[-1].name, "set_name": sub.set_name,
+                         "status": sub.status, "score": sub.score if sub.status == "graded" else None})
+    return rows
+
+
+def write_lms_csv(course: Path, collected: Collected, subs: list[Submission], max_scores: dict[str, float],
+                  columns: dict[str, str]) -> list[Path]:
+    """The grades as the LMS the download came from imports them; returns the files written."""
+    from grading.lms import write_canvas_csv, write_moodle_csv
+
+    rows = lms_rows(collected, subs)
+    sets = sorted({row["set_name"] for row in rows})
+    if collected.lms == "canvas":
+        write_canvas_csv(course / "canvas-grades.csv", rows, sets, max_scores, columns)
+        return [course / "canvas-grades.csv"]
+    written = []
+    for name in sets:  # Moodle's worksheet holds one assignment
+        path = course / f"moodle-grades-{name}.csv"
+        write_moodle_csv(path, [r for r in rows if r["set_name"] == name], max_scores[name],
+                         datetime.datetime.now())
+        written.append(path)
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--course", type=Path, default=ROOT, help="course folder holding nbgrader_config.py")
-    parser.add_argument("--submissions", type=Path, default=None, help="folder of <student>/<set>/ submissions")
+    parser.add_argument("--submissions", type=Path, default=None,
+                        help="folder of <student>/<set>/ submissions, or a zip downloaded from Canvas or Moodle")
+    parser.add_argument("--lms", choices=["canvas", "moodle"], default=None,
+                        help="the LMS the zip comes from (default: told by its file names)")
+    parser.add_argument("--set", default=None, help="the set every notebook of the zip is for "
+                        "(default: told by each file's name, e.g. 01_attention_scores.ipynb)")
+    parser.add_argument("--roster", type=Path, default=None,
+                        help="CSV: student id, full name, LMS user id (Canvas); maps the zip's students to the course's")
+    parser.add_argument("--canvas-column", action="append", default=[], metavar="SET=HEADER",
+                        help="the Canvas gradebook column of a set, as Canvas exports it: 'Set 01 (12345)'")
     parser.add_argument("--exercises-only", action="store_true", help="only write the student versions")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
     default = Limits()
@@ -510,16 +557,33 @@ def main() -> None:
         return
 
     # Nothing from an earlier run may look current: results are rebuilt from scratch.
-    for stale in ("feedback", "autograded", f"{STAGING}/submitted", f"{STAGING}/batches"):
+    for stale in ("feedback", "autograded", f"{STAGING}/submitted", f"{STAGING}/batches", f"{STAGING}/lms"):
         shutil.rmtree(course / stale, ignore_errors=True)
-    (course / "grades.csv").unlink(missing_ok=True)
+    for stale_csv in ["grades.csv", "canvas-grades.csv", *(p.name for p in course.glob("moodle-grades-*.csv"))]:
+        (course / stale_csv).unlink(missing_ok=True)
+    collected = None
+    if args.submissions is not None and submitted.is_file():
+        from grading.lms import collect, read_roster
+
+        try:
+            collected = collect(course, submitted, course / STAGING / "lms", sets, args.lms, args.set, args.roster)
+        except ValueError as error:
+            sys.exit(f"ERROR: {error}")
+        for problem in collected.problems:
+            print(f"download: {problem}")
+        submitted = collected.submitted
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")) \
         if submitted.exists() else []
-    handed_in = sorted({p.name for s in students for p in (submitted / s).iterdir() if p.is_dir()} & set(sets))
+    if collected is not None:  # the roster's students who handed nothing in are listed too
+        students = sorted(set(students) | {s.student_id for s in read_roster(args.roster)})
+    handed_in = sorted({p.name for s in students if (submitted / s).is_dir()
+                        for p in (submitted / s).iterdir() if p.is_dir()} & set(sets))
     if not handed_in:
         print(f"student versions are in exercises/; no submissions found under {submitted}")
         return
     subs = [Submission(student, name) for student in students for name in handed_in]
+    for sub in subs if collected is not None else []:
+        sub.notes += collected.notes.get((sub.student, sub.set_name), [])
     for sub in subs:
         folder = submitted / sub.student / sub.set_name
         if not folder.is_dir():
@@ -534,6 +598,10 @@ def main() -> None:
     write_csv(course / "grades.csv", subs, max_scores)
     print_table(subs, time.perf_counter() - started, args.jobs)
     print(f"grades: {course / 'grades.csv'}; feedback: {course / 'feedback'}/<student>/<set>/")
+    if collected is not None:
+        columns = dict(column.split("=", 1) for column in args.canvas_column)
+        for path in write_lms_csv(course, collected, subs, max_scores, columns):
+            print(f"for {collected.lms.capitalize()} to import: {path}")
 
 
 if __name__ == "__main__":
