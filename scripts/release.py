@@ -24,7 +24,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE = ("solutions/", "tests/", ".ci/", "grading/", "nbgrader_config.py", "scripts/grade.py",
-           "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md")
+           "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md",
+           "hub/", "scripts/hub", "scripts/student_sim.py")
 LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 
