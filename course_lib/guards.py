@@ -116,3 +116,12 @@ def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_na
     if broadcast_shape(name, tuple(x.shape), shape_name, shape) != torch.Size(shape):
         raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the {shape_name}' "
                          f"shape {tuple(shape)}")
+
+
+def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
+    """ids must be a (B, T) integer tensor of token ids in 0..vocab_size-1."""
+    require_integer(name, ids, 2, 2)
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(ids.min())} "
+                         f"to {int(ids.max())} in {name} of shape {tuple(ids.shape)}")
+    return ids
