@@ -222,10 +222,10 @@ class RotaryPositions(Positions):
     def _turn_rows(self, name: str, x: Tensor) -> Tensor:
         """apply_rope(x, base=self.base), x: (..., T, d) -> (..., T, d), the same digits; cos and
         sin are kept per (T, d, dtype), as training asks for the same ones at every step."""
-        require_float(name, x, min_rank=2)
-        T, d = x.shape[-2], _require_even_width(f"the last dimension d of {name}", x.shape[-1])
-        key = (T, d, x.dtype)
-        if key not in self._turns:
+        key = tuple(x.shape[-2:]) + (x.dtype,) if isinstance(x, Tensor) and x.dim() >= 2 else None
+        if key not in self._turns:  # checked once per (T, d, dtype): a training loop's later steps trust it
+            require_float(name, x, min_rank=2)
+            T, d = x.shape[-2], _require_even_width(f"the last dimension d of {name}", x.shape[-1])
             angles = torch.arange(T, dtype=torch.float64).unsqueeze(-1) * frequencies(d, self.base)
             self._turns[key] = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
         return _turn(x, *self._turns[key])
@@ -249,7 +249,12 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
     favours the nearest keys, most of all the query's own position (distance 0).
     """
     require_float("slopes", slopes, 1, 1)
-    t = torch.arange(require_count("length", length, minimum=0))
+    return _alibi(require_count("length", length, minimum=0), slopes)
+
+
+def _alibi(length: int, slopes: Tensor) -> Tensor:
+    """alibi_bias on checked input (a model's forward calls it at every step)."""
+    t = torch.arange(length)
     distance = (t.unsqueeze(-1) - t).clamp_min(0).to(slopes.dtype)  # (T, T): t - s, 0 above the diagonal
     return 0.0 - slopes.view(-1, 1, 1) * distance  # (H, T, T); 0.0 - x turns -0.0 into 0.0
 
@@ -273,7 +278,7 @@ class ALiBiPositions(Positions):
         return float(self.log_slope.detach().exp())
 
     def score_bias(self, T: int) -> Tensor:
-        return alibi_bias(T, self.log_slope.exp().view(1))[0]  # (T, T)
+        return _alibi(T, self.log_slope.exp().view(1))[0]  # (T, T)
 
 
 # ---------------------------------------------------------------- the tiny model of lesson 02, by scheme
