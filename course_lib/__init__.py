@@ -3,8 +3,11 @@
 One module per lesson, imported by its notebook; a lesson's module imports only the modules
 of earlier lessons (and torch), so the layers of the code follow the course:
     attention_scores     01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
+                             (n_heads heads, lesson 08)
     masks                02  padding and causal masks, the three uses of attention, additive
-                             attention, the course's TinyModel (layers, optional MLP) and its training
+                             attention
+    model                02  the course's model: config, FeedForward, Block, the decoder-only
+                             and encoder-decoder models, weights to and from torch, training
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN

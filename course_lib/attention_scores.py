@@ -37,35 +37,25 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
                          "there is nothing to share the weight 1 among")
     if mask is not None:
         check_mask(mask, tuple(logits.shape))
-    return _softmax(logits, dim, mask, stable, owned=False)
+    return _softmax(logits, dim, mask, stable)
 
 
-def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool, owned: bool) -> Tensor:
-    """The softmax itself, on checked input. owned=True: `logits` is the caller's scratch tensor.
-
-    Without autograd, a tensor this function owns (made here, or handed over with owned=True) is
-    overwritten in place: at attention's sizes, allocating a fresh (..., T, S) tensor per step
-    costs more than the arithmetic (measured: attention 2-4x slower than torch's without it).
-    """
-    in_place = not (torch.is_grad_enabled() and logits.requires_grad)
+def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Tensor:
+    """The softmax itself, on checked input: every step makes a new tensor (so torch.func.vmap works)."""
     if mask is not None:
-        hidden = ~mask
-        fill = logits.masked_fill_ if owned and in_place else logits.masked_fill
-        logits = fill(hidden, -math.inf)
-        owned = True
+        logits = logits.masked_fill(~mask, -math.inf)
     if stable:
         # softmax ignores a constant added to a slice, so subtracting the maximum changes nothing
         # but keeps exp() from overflowing. A slice of only -inf has maximum -inf; clamping it to
         # the most negative float keeps exp(-inf - max) = 0 instead of exp(nan).
         row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        logits = logits.sub_(row_max) if owned and in_place else logits - row_max
-        owned = True
-    exps = logits.exp_() if owned and in_place else logits.exp()
+        logits = logits - row_max
+    exps = logits.exp()
     total = exps.sum(dim=dim, keepdim=True)
     # total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1); where none is,
     # dividing by 1 instead of 0 gives zeros, and a gradient of 0 (not 0 * inf = NaN).
     total = torch.where(total > 0, total, torch.ones_like(total))
-    return exps.div_(total) if in_place else exps / total
+    return exps / total
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -140,56 +130,136 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     weights and a zero output row (not NaN).
     """
     check_qkv(q, k, v)
-    scores = _scores(q, k, scale)  # (..., T, S)
+    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
+    scores_shape = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions",
+                                   tuple(k.shape[:-2])) + (q.shape[-2], k.shape[-2])
+    check_mask_and_bias(mask, bias, tuple(scores_shape))
+    return _attend(q, k, v, mask, bias, scale)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+           scale: float) -> tuple[Tensor, Tensor]:
+    """scaled_dot_product_attention on checked input: the lines every layer of the course runs."""
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than the scores
     if bias is not None:
-        require_float("bias", bias)
-        require_broadcasts_to("bias", bias, tuple(scores.shape), "scores")
-        scores = scores.add_(bias.to(scores.dtype))  # in place: matmul's backward does not need its output
-    if mask is not None:
-        check_mask(mask, tuple(scores.shape))
-    # scores is this function's own tensor: the softmax may overwrite it instead of copying it
-    weights = _softmax(scores, -1, mask, stable=True, owned=True)  # (..., T, S), rows sum to 1 (or are all 0)
+        scores = scores + bias.to(scores.dtype)
+    weights = _softmax(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
     return weights @ v, weights  # (..., T, d_v)
 
 
+def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """Raise unless mask (bool) and bias (float), where given, broadcast to the scores' shape."""
+    if mask is not None:
+        check_mask(mask, scores_shape)
+    if bias is not None:
+        require_float("bias", bias)
+        require_broadcasts_to("bias", bias, scores_shape, "scores")
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h."""
+    heads = x.unflatten(-1, (n_heads, x.shape[-1] // n_heads))  # (..., T, H, d_head)
+    return heads.transpose(-3, -2)  # (..., H, T, d_head)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
+    return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
+
+
 class Attention(nn.Module):
-    """One attention head with its four projections (nanoGPT style, no dropout).
+    """Attention with its four projections and n_heads heads (nanoGPT style, no dropout).
 
     Self-attention: layer(x) with x: (..., T, D). Cross-attention: layer(x, memory) with
-    memory: (..., S, d_memory); queries come from x, keys and values from memory.
+    memory: (..., S, d_memory); queries come from x, keys and values from memory. d_k and d_v
+    are the total query/key and value widths (default d_model). n_heads=None is lesson 01's one
+    head. n_heads=H splits the widths evenly into H heads (lesson 08) and the scores get a head
+    axis: head h owns rows h*d_k/H .. (h+1)*d_k/H - 1 of query and key (the same share of value)
+    and the same columns of out, and scales its scores by 1/sqrt(d_k/H); n_heads=1 computes what
+    n_heads=None does, with a head axis of size 1.
     `rotate(q, k) -> (q, k)` turns queries and keys by position (RoPE, lesson 04); `bias` is
-    added to the scores (an additive mask, ALiBi). Returns (output (..., T, D), weights (..., T, S)).
+    added to the scores (an additive mask, ALiBi). mask and bias broadcast to the scores:
+    (..., T, S) without heads, (..., H, T, S) with them ((T, S) and (B, 1, T, S) are the same for
+    every head, (1, H, T, S) is one per head). Returns (output (..., T, D), weights (..., T, S)
+    without heads, (..., H, T, S) with them).
     """
 
     def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 d_memory: int | None = None, bias: bool = False):
+                 d_memory: int | None = None, bias: bool = False, n_heads: int | None = None):
         super().__init__()
         require_count("d_model", d_model)
+        H = 1 if n_heads is None else require_count("n_heads", n_heads)
         d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
                               (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
-        self.d_model, self.d_memory = d_model, d_memory
+        for name, width in (("d_k", d_k), ("d_v", d_v)):
+            if width % H:
+                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {bias!r}")
+        self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
+        self.d_head, self.d_value_head = d_k // H, d_v // H
         self.query = nn.Linear(d_model, d_k, bias=bias)
         self.key = nn.Linear(d_memory, d_k, bias=bias)
         self.value = nn.Linear(d_memory, d_v, bias=bias)
         self.out = nn.Linear(d_v, d_model, bias=bias)
 
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+        self.check_input(x, memory, mask, bias)
+        return self.attend(x, memory, mask, bias, rotate)
+
+    def attend(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+               bias: Tensor | None = None, rotate: Rotation | None = None,
+               cache: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """forward without the input checks, for a caller that checked its own input (a Block).
+
+        cache (lesson 09's KV cache, a dict, empty at the first call): self-attention appends the
+        new positions' keys and values to the kept ones; cross-attention projects memory once.
+        """
+        if cache is not None and memory is not None and "k" in cache:  # memory was projected at the first call
+            q, k, v = self.query(x), cache["k"], cache["v"]
+        else:
+            q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+            if cache is not None:  # kept keys and values first, then the new positions'
+                k = cache["k"] = torch.cat([cache["k"], k], -2) if "k" in cache else k
+                v = cache["v"] = torch.cat([cache["v"], v], -2) if "v" in cache else v
+        if self.n_heads is not None:
+            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
+        if rotate is not None:
+            q, k = rotate(q, k)
+        out, weights = _attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
+        return self.out(out if self.n_heads is None else merge_heads(out)), weights  # (..., T, D)
+
     def project(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """q from x, k and v from memory (or from x itself): (..., T, d_k), (..., S, d_k), (..., S, d_v)."""
-        require_float("x", x, min_rank=2)
-        require_width("x", x, self.d_model)
-        if memory is not None:
-            require_float("memory", memory, min_rank=2)
-            require_width("memory", memory, self.d_memory)
         source = x if memory is None else memory  # self-attention reads its own input
         return self.query(x), self.key(source), self.value(source)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-        q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
-        if rotate is not None:
-            q, k = rotate(q, k)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)  # (..., T, d_v), (..., T, S)
-        return self.out(out), weights  # (..., T, D)
+    def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None) -> None:
+        """Raise, naming what the caller passed, unless x, memory, mask and bias fit this layer."""
+        require_float("x", x, min_rank=2)
+        require_width("x", x, self.d_model)
+        source, source_name = x, "x"
+        if memory is not None:
+            require_float("memory", memory, min_rank=2)
+            require_width("memory", memory, self.d_memory)
+            require_same_dtype(x=x, memory=memory)
+            source, source_name = memory, "memory"
+        if source.shape[-2] == 0:
+            raise ValueError(f"{source_name} has no positions (S = 0), so a query has nothing to attend to: "
+                             f"{source_name} has shape {tuple(source.shape)}")
+        batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
+                                tuple(source.shape[:-2]))
+        heads = () if self.n_heads is None else (self.n_heads,)
+        shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])
+        for name, t in (("mask", mask), ("bias", bias)):
+            ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
+            if ambiguous and any(n != 1 for n in t.shape[:-2]):
+                raise ValueError(
+                    f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
+                    f"{self.n_heads}: its first axis may be the sequences or the heads. Pass (B, 1, T, S) "
+                    f"for one {name} per sequence, or (1, H, T, S) for one per head")
+        check_mask_and_bias(mask, bias, shape)
 
 
 def entropy(weights: Tensor, dim: int = -1) -> Tensor:

@@ -5,7 +5,7 @@ is cut into contiguous slices, each holding one kind of information,
     x[tokens]     the token's code (one-hot, or any unit vectors when V > width)
     x[positions]  the position, one-hot: coordinate positions.start + p is 1 at position p
 and, for the induction head, slices the heads write into. Every head here is an `Attention`
-layer of lesson 01 with d_k = d_v = D (so its weights load into a TinyModel layer) and
+layer of lesson 01 with d_k = d_v = D (so its weights load into a DecoderOnly layer) and
 weights copied in; its layer divides the scores by sqrt(d_k), so the query weights carry a
 factor sqrt(d_k) to give scores of exactly `gap`.
 Shapes use the course's names (course_lib/__init__.py): B, T, S, D, d_k, d_v, V.
@@ -21,7 +21,8 @@ from torch import Tensor
 
 from .attention_scores import Attention, attention_scores, scaled_dot_product_attention
 from .guards import require_count, require_float, require_integer, require_number
-from .masks import IGNORE, TinyConfig, TinyModel, causal_mask, train_tiny_model
+from .masks import causal_mask
+from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
 from .training import train
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
@@ -61,7 +62,7 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     offset > 0 reads ahead (use without a causal mask); offset < 0 reads back (causal is fine).
     Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen (requires_grad
     False), in `dtype` (weights set in that dtype: float64 scores are gap to 1e-15). Its weights
-    copy into a TinyModel layer with `model.layers[k].attention.load_state_dict(head.state_dict())`
+    copy into a DecoderOnly layer with `model.layers[k].attention.load_state_dict(head.state_dict())`
     (pass bias=True there).
     """
     require_count("d_model", d_model)
@@ -194,9 +195,9 @@ def gap_needed(n_keys: int, coherence: float = 0.0) -> float:
 
 # ---------------------------------------------------------------- hand-set models
 
-def _set_model(model: TinyModel, codes: Tensor, position_start: int, read_start: int,
-               heads: list[Attention]) -> TinyModel:
-    """Copy hand-set weights into a TinyModel (float64): codes, positions, heads, readout."""
+def _set_model(model: DecoderOnly, codes: Tensor, position_start: int, read_start: int,
+               heads: list[Attention]) -> DecoderOnly:
+    """Copy hand-set weights into a DecoderOnly (float64): codes, positions, heads, readout."""
     V, W = codes.shape
     P = model.config.max_len
     model = model.to(torch.float64)
@@ -214,8 +215,8 @@ def _set_model(model: TinyModel, codes: Tensor, position_start: int, read_start:
 
 
 def hand_set_copy_model(codes: Tensor, max_len: int, offset: int = 1, gap: float = 20.0,
-                        positions: bool = True) -> TinyModel:
-    """One-layer TinyModel that outputs at position i the token at i + offset. No training.
+                        positions: bool = True) -> DecoderOnly:
+    """One-layer DecoderOnly that outputs at position i the token at i + offset. No training.
 
     codes: (V, W) token codes. Residual row: [code (W) | one-hot position (max_len)],
     D = W + max_len.
@@ -226,16 +227,16 @@ def hand_set_copy_model(codes: Tensor, max_len: int, offset: int = 1, gap: float
     V, W = codes.shape
     require_count("max_len", max_len, minimum=2)
     D = W + max_len  # the hand-set solution needs a coordinate per position beside the code
-    config = TinyConfig(vocab_size=V, max_len=max_len, d_model=D, causal=offset < 0,
+    config = ModelConfig(vocab_size=V, max_len=max_len, d_model=D, causal=offset < 0,
                         positions="learned" if positions else "none", residual=False)
     head = position_copy_head(D, offset, tokens=slice(0, W), positions=slice(W, D), gap=gap,
                               bias=True,
                               dtype=torch.float64)
-    return _set_model(TinyModel(config), codes, W, 0, [head])
+    return _set_model(DecoderOnly(config), codes, W, 0, [head])
 
 
-def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> TinyModel:
-    """Two-layer causal TinyModel that predicts, after [A][B] ... [A], the token [B]. No training.
+def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> DecoderOnly:
+    """Two-layer causal DecoderOnly that predicts, after [A][B] ... [A], the token [B]. No training.
 
     Residual row: [token (W) | one-hot position (P) | previous token (W) | copied token (W)].
     Layer 1, a previous-token head, writes the token at i - 1 into "previous token"; layer 2
@@ -250,12 +251,12 @@ def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> 
     D = 3 * W + P
     token, position = slice(0, W), slice(W, W + P)
     previous, copied = slice(W + P, 2 * W + P), slice(2 * W + P, D)
-    config = TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=True, n_layers=2)
+    config = ModelConfig(vocab_size=V, max_len=P, d_model=D, causal=True, n_decoder_layers=2)
     heads = [position_copy_head(D, -1, token, position, write=previous, gap=gap, bias=True,
                                 dtype=torch.float64),
              content_copy_head(D, token, previous, token, copied, gap=gap, bias=True,
                                dtype=torch.float64)]
-    return _set_model(TinyModel(config), codes, W, 2 * W + P, heads)
+    return _set_model(DecoderOnly(config), codes, W, 2 * W + P, heads)
 
 
 # ---------------------------------------------------------------- data
@@ -377,7 +378,7 @@ def induction_batch(n_sequences: int, length: int, vocab_size: int,
 # ---------------------------------------------------------------- measurements
 
 @torch.no_grad()
-def copy_accuracy(model: TinyModel, ids: Tensor, targets: Tensor) -> float:
+def copy_accuracy(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
     """Share of the targets (not IGNORE) that are the model's top answer. ids, targets: (B, T)."""
     require_integer("targets", targets, 2, 2)
     if targets.shape != ids.shape:
@@ -388,7 +389,7 @@ def copy_accuracy(model: TinyModel, ids: Tensor, targets: Tensor) -> float:
 
 
 @torch.no_grad()
-def copy_accuracies(model: TinyModel, batches: list[tuple[Tensor, Tensor]]) -> list[float]:
+def copy_accuracies(model: DecoderOnly, batches: list[tuple[Tensor, Tensor]]) -> list[float]:
     """copy_accuracy of each (ids (B_k, T), targets (B_k, T)) batch, from one forward pass.
 
     The batches share T; they are run as one (sum B_k, T) batch, which costs one call's Python
@@ -449,16 +450,16 @@ def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def second_layer_weights(model: TinyModel, ids: Tensor, embedding_only: str = "") -> Tensor:
+def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = "") -> Tensor:
     """Layer 2's attention weights (B, T, T) for ids (B, T), with one input of it cut off.
 
     embedding_only = "key" computes layer 2's keys from the embedding (tokens + positions)
     alone, without layer 1's output, its queries and values from the full residual stream: the
     K-composition test (Elhage et al. 2021). "query" does the same to the queries; "" changes
-    nothing. Needs a two-layer TinyModel with a residual stream and learned positions.
+    nothing. Needs a two-layer DecoderOnly with a residual stream and learned positions.
     """
-    if not isinstance(model, TinyModel) or len(model.layers) < 2 or not model.config.residual:
-        raise ValueError("second_layer_weights needs a TinyModel with 2 layers and a residual "
+    if not isinstance(model, DecoderOnly) or len(model.layers) < 2 or not model.config.residual:
+        raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual "
                          "stream")
     if embedding_only not in ("", "key", "query"):
         raise ValueError(f"embedding_only must be '', 'key' or 'query', got {embedding_only!r}")
@@ -466,7 +467,7 @@ def second_layer_weights(model: TinyModel, ids: Tensor, embedding_only: str = ""
     T = ids.shape[-1]
     mask = causal_mask(T) if model.config.causal else None
     embedded = model.positions.add(model.tokens(ids))  # (B, T, D): what layer 1 reads
-    residual, _ = model.layers[0](embedded, model.positions, mask)  # (B, T, D): embedding + layer 1
+    residual = model.layers[0](embedded, mask, bias=model.positions.score_bias(T), rotate=model.positions.rotate)[0]
     head = model.layers[1].attention
     q = head.query(embedded if embedding_only == "query" else residual)  # (B, T, D)
     k = head.key(embedded if embedding_only == "key" else residual)
@@ -475,13 +476,13 @@ def second_layer_weights(model: TinyModel, ids: Tensor, embedding_only: str = ""
     return weights
 
 
-def ov_circuit(model: TinyModel, layer: int = 0) -> Tensor:
+def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:
     """(V, V) map W_E W_V W_O W_U of one head: row a = the logits a token a at the source adds.
 
     Rows are vectors (x W): tokens.weight (V, D), value and out as x W^T, readout W_U^T.
     """
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
     require_count("layer", layer, minimum=0)
     if layer >= len(model.layers):
         raise ValueError(f"layer={layer} is out of range: the model has {len(model.layers)} layers")
@@ -513,10 +514,10 @@ def ov_copy_scores(ov: Tensor) -> tuple[float, float]:
 
 def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, offset: int = 1,
                      steps: int = 200, lr: float = 0.03, seed: int = 0, batch: int = 64
-                     ) -> tuple[TinyModel, list[float]]:
-    """A one-layer TinyModel (learned positions, float64) trained from scratch to copy the token
+                     ) -> tuple[DecoderOnly, list[float]]:
+    """A one-layer DecoderOnly (learned positions, float64) trained from scratch to copy the token
     at i + offset."""
-    model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
+    model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
                                  causal=offset < 0,
                                  seed=seed)).to(torch.float64)
     losses = train_tiny_model(model, copy_batch(batch, length, vocab_size, offset), steps, lr, seed)
@@ -527,15 +528,15 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
                           steps: int = 300, lr: float = 0.01, seed: int = 0,
                           periods: tuple[int, ...] = (2, 3, 4, 5, 6, 7),
                           prefix: tuple[int, int] = (0, 16), batch: int = 64,
-                          progress: bool | str = False) -> tuple[TinyModel, list[float]]:
-    """A two-layer attention-only causal TinyModel (float64) trained on induction_batch.
+                          progress: bool | str = False) -> tuple[DecoderOnly, list[float]]:
+    """A two-layer attention-only causal DecoderOnly (float64) trained on induction_batch.
 
     The filler prefix P is drawn up to the most that fits, so the first repeat lands at every
     position: with a fixed start (P = 0) a model can learn a shortcut at late positions that
     only works once the block has come back twice. progress=True shows a bar labelled
     "induction" with the step and the loss (a string names the task otherwise).
     """
-    model = TinyModel(TinyConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_layers=2,
+    model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_decoder_layers=2,
                                  d_ff=0, seed=seed)).to(torch.float64)
     make_batch = induction_batch(batch, length, vocab_size, periods, prefix)
     losses = train_tiny_model(model, make_batch, steps, lr, seed,

@@ -18,7 +18,10 @@ def require_tensor(name: str, x: object, min_rank: int = 0, max_rank: int | None
     """x must be a torch.Tensor with min_rank..max_rank dimensions; returns it."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    require_rank(name, x, min_rank, max_rank)
+    if x.dim() < min_rank or (max_rank is not None and x.dim() > max_rank):
+        wanted = f"{min_rank}" if max_rank == min_rank else (
+            f"at least {min_rank}" if max_rank is None else f"{min_rank} to {max_rank}")
+        raise ValueError(f"{name} must have {wanted} dimensions, got shape {tuple(x.shape)}")
     return x
 
 
@@ -36,13 +39,6 @@ def require_integer(name: str, x: object, min_rank: int = 0, max_rank: int | Non
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
     return x
-
-
-def require_rank(name: str, x: Tensor, at_least: int, at_most: int | None = None) -> None:
-    if x.dim() < at_least or (at_most is not None and x.dim() > at_most):
-        wanted = f"{at_least}" if at_most == at_least else (
-            f"at least {at_least}" if at_most is None else f"{at_least} to {at_most}")
-        raise ValueError(f"{name} must have {wanted} dimensions, got shape {tuple(x.shape)}")
 
 
 def require_same_dtype(**tensors: Tensor | None) -> None:
@@ -116,3 +112,14 @@ def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_na
     if broadcast_shape(name, tuple(x.shape), shape_name, shape) != torch.Size(shape):
         raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the {shape_name}' "
                          f"shape {tuple(shape)}")
+
+
+def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
+    """ids must be a (B, T) integer tensor of token ids in 0..vocab_size-1."""
+    require_tensor(name, ids, 2, 2)  # and integers, checked here: a model's forward calls this every time
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {ids.dtype}")
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(ids.min())} "
+                         f"to {int(ids.max())} in {name} of shape {tuple(ids.shape)}")
+    return ids

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from .attention_scores import Attention
 from .copy import position_copy_head
-from .guards import require_count, require_integer, require_number
-from .masks import IGNORE, TinyConfig, TinyModel, require_token_ids, train_tiny_model
+from .guards import require_count, require_integer, require_number, require_token_ids
+from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
 from .training import progress_bar, run_each
 
 # ---------------------------------------------------------------- the relation world
@@ -219,8 +219,8 @@ def composition_readout(rules: Rules = RULES, alpha: float = 0.5) -> Tensor:
 
 
 def handset_model(rules: Rules = RULES, gap: float = 20.0,
-                  dtype: torch.dtype = torch.float32) -> TinyModel:
-    """A two-layer TinyModel (no MLP) with every weight set by hand, no training.
+                  dtype: torch.dtype = torch.float32) -> DecoderOnly:
+    """A two-layer DecoderOnly (no MLP) with every weight set by hand, no training.
 
     Layer 1: composition_head; layer 2: lesson 06's position_copy_head (query i copies the
     token at i + 1 into `copied`); one-hot token and position embeddings; read-out
@@ -231,8 +231,8 @@ def handset_model(rules: Rules = RULES, gap: float = 20.0,
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     layout = handset_layout()
     D = layout["copied"].stop
-    model = TinyModel(TinyConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=D,
-                                 causal=False, n_layers=2, d_ff=0))
+    model = DecoderOnly(ModelConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=D,
+                                 causal=False, n_decoder_layers=2, d_ff=0))
     copy = position_copy_head(D, 1, layout["tokens"], layout["positions"], layout["copied"],
                               gap=gap, bias=True)
     with torch.no_grad():
@@ -248,8 +248,8 @@ def handset_model(rules: Rules = RULES, gap: float = 20.0,
 
 
 
-def friend_enemy_model(gap: float = 10.0) -> TinyModel:
-    """A one-layer attention-only TinyModel, set by hand, that fits the friend/enemy XOR.
+def friend_enemy_model(gap: float = 10.0) -> DecoderOnly:
+    """A one-layer attention-only DecoderOnly, set by hand, that fits the friend/enemy XOR.
 
     The weights of the query at r1 depend on the tokens: friend attends to r2; enemy attends
     to r2 when r2 is enemy and to itself when r2 is friend (scores 3 gap vs 2 gap vs gap). The
@@ -262,7 +262,7 @@ def friend_enemy_model(gap: float = 10.0) -> TinyModel:
     V, P = len(VOCAB), SENTENCE_LENGTH
     D = V + P + 1
     vote, friend, enemy = D - 1, TOKEN["friend"], TOKEN["enemy"]
-    model = TinyModel(TinyConfig(vocab_size=V, max_len=P, d_model=D, causal=False, n_layers=1,
+    model = DecoderOnly(ModelConfig(vocab_size=V, max_len=P, d_model=D, causal=False, n_decoder_layers=1,
                                  d_ff=0))
     head = model.attention
     with torch.no_grad():
@@ -297,8 +297,8 @@ TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:12], PEOPLE[12:]
 
 def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_PEOPLE,
                      d_model: int = 24, d_ff: int = 96, content: bool = True, steps: int = 250,
-                     lr: float = 0.015, batch: int = 64, seed: int = 0) -> TinyModel:
-    """Train a one-layer bidirectional TinyModel (float64) to rewrite X r1 r2 Y as X r Y.
+                     lr: float = 0.015, batch: int = 64, seed: int = 0) -> DecoderOnly:
+    """Train a one-layer bidirectional DecoderOnly (float64) to rewrite X r1 r2 Y as X r Y.
 
     d_ff = 0: attention only. content=False freezes the head's query and key at zero: every
     query then gives every key the weight 1/4, whatever the tokens (the seed's mix with fixed
@@ -308,9 +308,9 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     _require_people("people", people)
     if not isinstance(content, bool):
         raise TypeError(f"content must be True or False, got {content!r}")
-    config = TinyConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=d_model,
-                        causal=False, n_layers=1, d_ff=d_ff, seed=seed)
-    model = TinyModel(config).double()
+    config = ModelConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=d_model,
+                        causal=False, n_decoder_layers=1, d_ff=d_ff, seed=seed)
+    model = DecoderOnly(config).double()
     if not content:
         for linear in (model.attention.query, model.attention.key):
             linear.requires_grad_(False)
@@ -321,7 +321,7 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
 
 
 def train_rule_models(seeds: Sequence[int], progress: bool | str = False, workers: int = 1,
-                      **kwargs) -> list[TinyModel]:
+                      **kwargs) -> list[DecoderOnly]:
     """train_rule_model(seed=s, **kwargs) for each seed s; progress=True shows a bar counting
     the models, labelled "rule models" (a string names the task otherwise), with the step and
     loss of each one in training; workers > 1 trains that many at once (training.run_each: the
@@ -333,7 +333,7 @@ def train_rule_models(seeds: Sequence[int], progress: bool | str = False, worker
                     [f"seed {seed}" for seed in seeds])
 
 
-def _rule_model(seed: int, kwargs: dict) -> TinyModel:
+def _rule_model(seed: int, kwargs: dict) -> DecoderOnly:
     return train_rule_model(seed=seed, **kwargs)
 
 
@@ -351,26 +351,26 @@ def strictly_right(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def slot_accuracy(model: TinyModel, rules: Rules = RULES, people: Sequence[str] = PEOPLE) -> Tensor:
+def slot_accuracy(model: DecoderOnly, rules: Rules = RULES, people: Sequence[str] = PEOPLE) -> Tensor:
     """Share of right answers at the output slots (X, r, Y) over every sentence: (3,), float64.
 
     Right means strictly above every other token (strictly_right: a tie is wrong).
     """
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
     ids = all_sentences(rules, people)  # (N, 4)
     right = strictly_right(model(ids), rule_targets(ids, rules))  # (N, 4)
     return right[:, :3].double().mean(0)
 
 
 @torch.no_grad()
-def composition_answers(model: TinyModel, rules: Rules, people: Sequence[str] = TRAIN_PEOPLE
+def composition_answers(model: DecoderOnly, rules: Rules, people: Sequence[str] = TRAIN_PEOPLE
                         ) -> dict[tuple[str, str], tuple[str, float]]:
     """For each rule (r1, r2): the relation the model says most often at the relation slot,
     and the share of sentences X r1 r2 Y in which that relation is strictly above every other
     token (a tie is not an answer)."""
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
     answers = {}
     for pair, out in _require_rules("rules", rules).items():
         ids = all_sentences({pair: out}, people)  # (P*P, 4)
@@ -382,15 +382,15 @@ def composition_answers(model: TinyModel, rules: Rules, people: Sequence[str] = 
 
 
 @torch.no_grad()
-def xor_residue(model: TinyModel, people: Sequence[str] = PEOPLE) -> Tensor:
+def xor_residue(model: DecoderOnly, people: Sequence[str] = PEOPLE) -> Tensor:
     """D(f, f) + D(e, e) - D(f, e) - D(e, f) for every X, Y: (P * P,), float64.
 
     D(r1, r2) = logit(friend) - logit(enemy) at the relation slot. Where D is a sum
     F(r1) + G(r2) (any fixed mix of the two relations), the residue is 0; the friend/enemy
     table needs D(f, f), D(e, e) > 0 > D(f, e), D(e, f), so a residue > 0.
     """
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
     ids = all_sentences(FRIEND_RULES, people)  # rules in order ff, ee, fe, ef
     logits = model(ids)[:, 1].double()  # (4 * P * P, V)
     gap = (logits[:, TOKEN["friend"]] - logits[:, TOKEN["enemy"]]).view(4, -1)  # (4, P*P)

@@ -7,8 +7,8 @@ the target m tokens; cross-attention's score matrix is (m, n).
 Boolean masks: True = this query may attend to this key (torch.nn.functional's
 scaled_dot_product_attention uses the same convention). torch.nn.MultiheadAttention's
 boolean `attn_mask` and `key_padding_mask` use the opposite one, True = NOT allowed:
-`to_torch_mha_mask` converts. Additive masks are float: 0 where allowed, -inf where not,
-added to the scores before the softmax.
+`to_torch_mha_mask` converts (course_lib.model.to_torch builds torch's layer). Additive masks
+are float: 0 where allowed, -inf where not, added to the scores before the softmax.
 
 A query whose every key is masked gets zero weights and a zero output row, never NaN
 (course_lib.attention_scores.softmax returns zeros for an all -inf row).
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -26,8 +25,8 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention_scores import Attention, scaled_dot_product_attention, softmax
-from .guards import (broadcast_shape, require_choice, require_count, require_float, require_integer,
-                     require_number, require_tensor, require_width)
+from .guards import (broadcast_shape, require_choice, require_count, require_float, require_number,
+                     require_tensor, require_width)
 from .training import train
 
 # ------------------------------------------------------------------ building masks
@@ -110,39 +109,6 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
 
 # ------------------------------------------------------------------ one attention layer, three uses
 # The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
-
-
-def to_multihead_attention(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention holding `layer`'s weights, for comparison (lesson 08's layers too).
-
-    One head for an Attention layer, n_heads for a MultiHeadAttention. Needs d_k = d_v =
-    d_model (torch projects to embed_dim); a d_memory != d_model becomes torch's kdim = vdim =
-    d_memory, with separate q/k/v projection weights. batch_first=False: torch then takes and
-    returns (T, B, D).
-    """
-    require_layer("layer", layer)
-    if not isinstance(batch_first, bool):
-        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
-    widths = (layer.query.out_features, layer.value.out_features)
-    if any(w != layer.d_model for w in widths):
-        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, "
-                         f"got d_k, d_v = {widths}")
-    has_bias = layer.query.bias is not None
-    dtype = layer.query.weight.dtype
-    mha = nn.MultiheadAttention(layer.d_model, num_heads=getattr(layer, "n_heads", 1), bias=has_bias,
-                                batch_first=batch_first, dtype=dtype, kdim=layer.d_memory, vdim=layer.d_memory)
-    with torch.no_grad():
-        if mha._qkv_same_embed_dim:  # one stacked (3D, D) weight
-            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
-        else:  # kdim != embed_dim: three separate weights
-            mha.q_proj_weight.copy_(layer.query.weight)
-            mha.k_proj_weight.copy_(layer.key.weight)
-            mha.v_proj_weight.copy_(layer.value.weight)
-        mha.out_proj.weight.copy_(layer.out.weight)
-        if has_bias:
-            mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
-            mha.out_proj.bias.copy_(layer.out.bias)
-    return mha
 
 
 def require_layer(name: str, layer: object) -> Attention:
@@ -384,221 +350,6 @@ def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """
     _require_sequence_fn_input(fn, x)
     return torch.stack([fn(x[: t + 1])[-1] for t in range(x.shape[0])])  # (T, d_out)
-
-
-# ------------------------------------------------------------------ break it: a decoder without its mask
-
-
-class Positions(nn.Module):
-    """Where a position scheme acts on an attention layer. This base class adds nothing.
-
-    add(x):         added to the token rows before attention (a table, learned or sinusoidal)
-    rotate(q, k):   turns queries and keys by their position (RoPE, lesson 04)
-    score_bias(T):  a (T, T) bias added to the scores (ALiBi, lesson 04), or None
-    With none of them, attention sees a set of tokens, not a sequence (lesson 03).
-    """
-
-    def add(self, x: Tensor) -> Tensor:
-        return x
-
-    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return q, k
-
-    def score_bias(self, T: int) -> Tensor | None:
-        return None
-
-
-class LearnedPositions(Positions):
-    """x + P[:T] with a learned (max_len, D) table (GPT-2 style); x: (..., T, D) -> (..., T, D).
-
-    Row p is trained only by sequences that reach position p; there is no row past max_len.
-    """
-
-    def __init__(self, max_len: int, d_model: int):
-        super().__init__()
-        self.max_len, self.d_model = require_count("max_len", max_len), require_count("d_model", d_model)
-        self.table = nn.Embedding(max_len, d_model)
-
-    def add(self, x: Tensor) -> Tensor:
-        require_float("x", x, min_rank=2)
-        require_width("x", x, self.d_model)
-        require_length_fits(x.shape[-2], self.max_len, "learned position table")
-        return x + self.table.weight[: x.shape[-2]]  # (..., T, D)
-
-    forward = add
-
-
-def require_length_fits(T: int, max_len: int, table: str) -> None:
-    if T > max_len:
-        raise ValueError(
-            f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
-            f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
-
-
-@dataclass
-class TinyConfig:
-    """Everything that defines a TinyModel, flat, so one line of a notebook can change one thing."""
-
-    vocab_size: int = 8
-    max_len: int = 8
-    d_model: int = 32
-    causal: bool = True
-    positions: str = "learned"  # TinyModel builds "none" and "learned"; other schemes are passed in
-    residual: bool = True
-    n_layers: int = 1  # attention layers, one after another (two make an induction head, lesson 06)
-    d_ff: int = 0  # width of the MLP after each attention layer; 0 = attention only (lesson 07)
-    seed: int = 0  # the initial weights
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise, naming the field, unless every field has a usable value."""
-        require_count("config.vocab_size", self.vocab_size, minimum=2)
-        require_count("config.max_len", self.max_len)
-        require_count("config.d_model", self.d_model)
-        require_count("config.n_layers", self.n_layers)
-        require_count("config.d_ff", self.d_ff, minimum=0)
-        require_count("config.seed", self.seed, minimum=0)
-        for name in ("causal", "residual"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"config.{name} must be True or False, got {getattr(self, name)!r}")
-        if not isinstance(self.positions, str):
-            raise TypeError(f"config.positions must be a string, got {type(self.positions).__name__}")
-
-
-class TinyLayer(nn.Module):
-    """One layer of the tiny model: an attention head, then (if d_ff > 0) a ReLU MLP on each token.
-
-    x: (B, T, D) -> (B, T, D), weights (B, T, T). With `residual`, each part adds to x.
-    """
-
-    def __init__(self, d_model: int, d_ff: int, residual: bool):
-        super().__init__()
-        self.residual = residual
-        self.attention = Attention(d_model, bias=True)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)) if d_ff else None
-
-    def forward(self, x: Tensor, positions: Positions, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        attended, weights = self.attention(x, mask=mask, bias=positions.score_bias(x.shape[-2]),
-                                           rotate=positions.rotate)  # (B, T, D), (B, T, T)
-        x = x + attended if self.residual else attended
-        if self.mlp is not None:
-            x = x + self.mlp(x) if self.residual else self.mlp(x)
-        return x, weights
-
-
-class TinyModel(nn.Module):
-    """The course's tiny model: token embedding, a position scheme, attention layers, a read-out.
-
-    ids: (B, T) integer tokens -> logits (B, T, vocab_size). Every head is causal when
-    config.causal; `positions` (default: built from config.positions) says where position
-    information enters. config.n_layers layers, each an attention head and, if config.d_ff > 0,
-    an MLP. The last forward's attention weights are kept: `layer_weights` (one (B, T, T) per
-    layer) and `last_weights` (the first layer's, the only one when n_layers = 1).
-    """
-
-    def __init__(self, config: TinyConfig, positions: Positions | None = None):
-        super().__init__()
-        if not isinstance(config, TinyConfig):
-            raise TypeError(f"config must be a TinyConfig, got {type(config).__name__}")
-        config.validate()  # fields may have been changed since the config was made
-        if positions is not None and not isinstance(positions, Positions):
-            raise TypeError(f"positions must be a Positions scheme, got {type(positions).__name__}")
-        self.config = config
-        with torch.random.fork_rng():  # seeded initial weights; the caller's generator is left alone
-            torch.manual_seed(config.seed)
-            self.tokens = nn.Embedding(config.vocab_size, config.d_model)
-            if positions is None:
-                kind = require_choice("config.positions", config.positions, ("none", "learned"))
-                positions = LearnedPositions(config.max_len, config.d_model) if kind == "learned" else Positions()
-            self.positions = positions
-            self.layers = nn.ModuleList(TinyLayer(config.d_model, config.d_ff, config.residual)
-                                        for _ in range(config.n_layers))
-            self.readout = nn.Linear(config.d_model, config.vocab_size)
-        self.layer_weights: list[Tensor] = []
-
-    @property
-    def attention(self) -> Attention:
-        """The first layer's attention head (the only one when n_layers = 1)."""
-        return self.layers[0].attention
-
-    @property
-    def last_weights(self) -> Tensor | None:
-        return self.layer_weights[0] if self.layer_weights else None
-
-    def forward(self, ids: Tensor) -> Tensor:
-        require_token_ids("ids", ids, self.config.vocab_size)
-        T = ids.shape[-1]
-        require_length_fits(T, self.config.max_len, "model")
-        x = self.positions.add(self.tokens(ids))  # (B, T, D)
-        mask = causal_mask(T) if self.config.causal else None
-        self.layer_weights = []
-        for layer in self.layers:
-            x, weights = layer(x, self.positions, mask)  # (B, T, D), (B, T, T)
-            self.layer_weights.append(weights.detach())
-        return self.readout(x)  # (B, T, vocab_size)
-
-
-def require_token_ids(name: str, ids: Tensor, vocab_size: int) -> None:
-    require_integer(name, ids, 2, 2)
-    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
-        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(ids.min())} "
-                         f"to {int(ids.max())} in {name} of shape {tuple(ids.shape)}")
-
-
-IGNORE = -100  # a target that no loss is taken on (F.cross_entropy's ignore_index)
-
-
-def train_tiny_model(model: TinyModel, make_batch: Callable[[torch.Generator], tuple[Tensor, Tensor]],
-                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool | str = False) -> list[float]:
-    """Train `model` in place on batches from make_batch(generator) -> (ids (B, T), targets (B, T)).
-
-    The loss is the cross-entropy of the model's logits at every position whose target is not
-    IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
-    in `train` (True, or the task's name for the bar).
-    """
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a TinyModel, got {type(model).__name__}")
-    if not callable(make_batch):
-        raise TypeError(f"make_batch must be callable, got {type(make_batch).__name__}")
-    generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
-    vocab_size = model.config.vocab_size
-
-    def loss_of_step(_: int) -> Tensor:
-        ids, targets = make_batch(generator)
-        logits = model(ids)  # (B, T, vocab_size)
-        return nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), ignore_index=IGNORE)
-
-    return train(loss_of_step, model.parameters(), steps, lr, progress=progress)
-
-
-def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8, d_model: int = 32,
-                     batch: int = 64, seed: int = 0) -> dict[str, float]:
-    """Train a TinyModel to predict the next token of uniformly random sequences.
-
-    No model can beat a loss of ln(vocab) on such data when it only sees the past. Returns
-    the last training loss and, on fresh sequences, two accuracies: teacher forcing (the
-    whole sequence in view at once, as in training) and generation (position t predicted
-    from the prefix of t+1 tokens alone: the future is not written yet).
-    """
-    require_count("T", T, minimum=2)
-    require_count("batch", batch)
-    # float64: the demo's figures then hardly depend on the CPU's kernels or the thread count.
-    model = TinyModel(TinyConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
-    model = model.to(torch.float64)
-
-    def next_token_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        ids = torch.randint(vocab, (batch, T + 1), generator=generator)
-        return ids[:, :-1], ids[:, 1:]  # inputs, and the token after each of them
-
-    losses = train_tiny_model(model, next_token_batch, steps, seed=seed)
-    with torch.no_grad():
-        ids = torch.randint(vocab, (256, T + 1), generator=torch.Generator().manual_seed(seed + 1))
-        seen_whole = (model(ids[:, :-1]).argmax(-1) == ids[:, 1:]).float().mean().item()
-        generated = torch.stack([model(ids[:, : t + 1])[:, -1].argmax(-1) for t in range(T)], dim=1)  # (256, T)
-        generation = (generated == ids[:, 1:]).float().mean().item()
-    return {"train_loss": losses[-1], "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
 
 
 # ------------------------------------------------------------------ a toy translation pair

@@ -1,8 +1,10 @@
 """Lesson 08: many heads. Split the width into H heads, attend in each, concatenate, project.
 
-Every head goes through lesson 01's one attention path, `scaled_dot_product_attention`, which
-already treats leading dimensions as batch dimensions: the heads are one more of them,
-(B, H, T, d_head). Masks are lesson 02's (True = may attend).
+The layer is lesson 01's `Attention` with n_heads=H: it splits q, k and v into heads with
+`split_heads`, attends in each through the one attention path (the heads are one more batch
+dimension, (B, H, T, d_head)) and puts them side by side with `merge_heads`. The split and merge
+taught here are those same functions, with the input checks a notebook's call gets. Masks are
+lesson 02's (True = may attend).
 
 Dimension names: see course_lib/__init__.py. H heads; d_head = d_k / H (queries and keys),
 d_v / H (values) per head.
@@ -16,15 +18,18 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Attention, Rotation, scaled_dot_product_attention
-from .guards import require_count, require_float, require_tensor, require_width
-from .masks import (IGNORE, OperationCounter, TinyConfig, TinyModel, require_token_ids,
-                    to_multihead_attention, train_tiny_model)
+from . import attention_scores
+from .attention_scores import Attention
+from .guards import require_count, require_float, require_tensor, require_token_ids, require_width
+from .masks import OperationCounter
+from .model import IGNORE, DecoderOnly, ModelConfig, to_torch, train_tiny_model
 from .training import run_each
+
+__all__ = ["Attention", "to_torch"]  # the layer and torch's copy of it, as lesson 08 names them
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(..., T, H * d_head) -> (..., H, T, d_head).
+    """(..., T, H * d_head) -> (..., H, T, d_head): the layer's own split, checked.
 
     Columns h*d_head .. (h+1)*d_head - 1 are head h.
     """
@@ -33,121 +38,29 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     if x.shape[-1] % n_heads:
         raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} "
                          f"equal heads: x has shape {tuple(x.shape)}")
-    heads = x.unflatten(-1, (n_heads, x.shape[-1] // n_heads))  # (..., T, H, d_head)
-    return heads.transpose(-3, -2)  # (..., H, T, d_head)
+    return attention_scores.split_heads(x, n_heads)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
+    """(..., H, T, d_head) -> (..., T, H * d_head): the layer's own merge, checked; head 0 first."""
     require_float("x", x, min_rank=3)
-    return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
+    return attention_scores.merge_heads(x)
 
 
-class MultiHeadAttention(Attention):
-    """H attention heads side by side (nanoGPT style, no dropout); torch's nn.MultiheadAttention.
-
-    MultiHeadAttention(d_model, n_heads, d_k=None, d_v=None, d_memory=None, bias=False):
-    d_k, d_v are the TOTAL query/key and value widths (default d_model), split evenly into
-    n_heads heads; d_memory is the width of cross-attention's memory (torch's kdim = vdim,
-    default d_model). Four projections as in lesson 01's Attention: query (D -> d_k),
-    key (d_memory -> d_k), value (d_memory -> d_v), out (d_v -> D); head h owns rows
-    h*d_head .. (h+1)*d_head - 1 of query/key/value and the same columns of out.
-
-    forward(x, memory=None, mask=None, bias=None, rotate=None) -> (out, weights)
-      x: (..., T, D); memory: (..., S, d_memory) or None (self-attention: S = T, memory = x).
-      mask: bool broadcastable to (..., T, S), True = may attend, the same for every head
-      (a causal (T, S) mask, a padding (B, 1, S) mask); bias: float, broadcastable to
-      (..., T, S), added to every head's scores; rotate(q, k): turns each head's q and k
-      (RoPE). Returns out: (..., T, D) and weights: (..., H, T, S), one pattern per head.
-    It IS lesson 01's Attention (same projections, same input checks) with the attention step
-    split into heads; with n_heads = 1 it computes exactly what Attention does.
-    """
-
-    def __init__(self, d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None,
-                 d_memory: int | None = None, bias: bool = False):
-        require_count("n_heads", n_heads)
-        for name, width in (("d_k", d_k), ("d_v", d_v)):
-            width = d_model if width is None else width
-            if isinstance(width, int) and not isinstance(width, bool) and width % n_heads:
-                raise ValueError(
-                    f"{name}={width} does not split into n_heads={n_heads} equal heads")
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
-        super().__init__(d_model, d_k, d_v, d_memory, bias)  # lesson 01's four projections
-        self.n_heads = n_heads
-        self.d_head = self.query.out_features // n_heads
-        self.d_value_head = self.value.out_features // n_heads
-
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None,
-                rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-        q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
-        # out: (..., T, d_v), weights: (..., H, T, S)
-        out, weights = attend_heads(q, k, v, self.n_heads, mask, bias, rotate)
-        return self.out(out), weights  # (..., T, D)
-
-
-def attend_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None = None,
-                 bias: Tensor | None = None,
-                 rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-    """Split projected q, k, v into heads, attend in each, put the heads side by side again.
-
-    q: (..., T, d_k), k: (..., S, d_k), v: (..., S, d_v)
-    -> out (..., T, d_v), weights (..., H, T, S).
-    mask, bias: broadcastable to (..., T, S), the same for every head. Head h uses columns
-    h*d_k/H .. (h+1)*d_k/H - 1 of q and k (and the same share of v) and the scale 1/sqrt(d_k/H).
-    """
-    n_heads = require_count("n_heads", n_heads)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        require_float(name, t, min_rank=2)
-        if t.shape[-1] % n_heads:
-            raise ValueError(f"{name}'s last dimension {t.shape[-1]} does not split into "
-                             f"n_heads={n_heads} equal heads: {name} has shape {tuple(t.shape)}")
-    q, k, v = (split_heads(t, n_heads) for t in (q, k, v))  # (..., H, T|S, d)
-    if rotate is not None:
-        q, k = rotate(q, k)
-    # A mask or bias for (..., T, S) gets a head axis of size 1: every head obeys it.
-    mask, bias = (_for_every_head(name, t) for name, t in (("mask", mask), ("bias", bias)))
-    # out: (..., H, T, d_v/H), weights: (..., H, T, S)
-    out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
-    return merge_heads(out), weights  # (..., T, d_v)
-
-
-def _for_every_head(name: str, t: Tensor | None) -> Tensor | None:
-    """(..., T, S) -> (..., 1, T, S) so it broadcasts over the head axis; (T, S) needs nothing."""
-    if t is None:
-        return None
-    require_tensor(name, t)
-    return t.unsqueeze(-3) if t.dim() >= 3 else t
-
-
-def require_multi_head(name: str, layer: object) -> MultiHeadAttention:
-    if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"{name} must be a course_lib.multi_head.MultiHeadAttention, "
-                        f"got {type(layer).__name__}")
+def require_attention(name: str, layer: object) -> Attention:
+    if not isinstance(layer, Attention):
+        raise TypeError(f"{name} must be a course_lib.attention_scores.Attention layer, got {type(layer).__name__}")
     return layer
 
 
-def _require_head(layer: MultiHeadAttention, head: object) -> int:
+def _require_head(layer: Attention, head: object) -> int:
+    if layer.n_heads is None:
+        raise ValueError("the layer has no heads (n_heads=None): build it with Attention(..., n_heads=H)")
     head = require_count("head", head, minimum=0)
     if head >= layer.n_heads:
         raise ValueError(f"head={head} is out of range: the layer has n_heads={layer.n_heads} "
                          f"(0..{layer.n_heads - 1})")
     return head
-
-
-# ------------------------------------------------------------------ the same layer in torch
-
-
-def to_torch(layer: MultiHeadAttention, batch_first: bool = True) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention holding `layer`'s weights, for comparison.
-
-    Needs d_k = d_v = d_model (torch projects queries, keys and values to embed_dim); a
-    d_memory != d_model becomes torch's kdim = vdim = d_memory. batch_first=False: torch then
-    takes and returns (T, B, D). Compare weights with average_attn_weights=False.
-    """
-    require_multi_head("layer", layer)
-    return to_multihead_attention(layer, batch_first)
 
 
 # ------------------------------------------------------------------ cost
@@ -156,14 +69,14 @@ def to_torch(layer: MultiHeadAttention, batch_first: bool = True) -> nn.Multihea
 def multiply_adds(d_model: int, n_heads: int, T: int = 16, S: int | None = None) -> dict[str, int]:
     """Arithmetic COUNTED (lesson 02's OperationCounter) in one forward pass of a layer.
 
-    A MultiHeadAttention(d_model, n_heads) attends from T query rows to a memory of S rows
+    An Attention(d_model, n_heads=n_heads) attends from T query rows to a memory of S rows
     (default T; the cost is that of self-attention when S = T), batch 1. Returns
     {kind of operation: count}: "multiply-adds" (the matrix products) and one entry per
-    elementwise operation (the softmax's exp_, ...).
+    elementwise operation (the softmax's exp, ...).
     """
     d_model, T = require_count("d_model", d_model), require_count("T", T)
     S = T if S is None else require_count("S", S)
-    layer = MultiHeadAttention(d_model, n_heads)
+    layer = Attention(d_model, n_heads=n_heads)
     gen = torch.Generator().manual_seed(0)
     x, memory = torch.randn(1, T, d_model, generator=gen), torch.randn(1, S, d_model, generator=gen)
     counter = OperationCounter()
@@ -175,12 +88,12 @@ def multiply_adds(d_model: int, n_heads: int, T: int = 16, S: int | None = None)
 # ------------------------------------------------------------------ the QK and OV view of one head
 
 
-def head_weights(layer: MultiHeadAttention, head: int) -> dict[str, Tensor]:
+def head_weights(layer: Attention, head: int) -> dict[str, Tensor]:
     """Head h's slices of the four projections, as nn.Linear stores them (out, in):
 
     query, key: (d_head, D) and (d_head, d_memory); value: (d_v/H, d_memory); out: (D, d_v/H).
     """
-    require_multi_head("layer", layer)
+    require_attention("layer", layer)
     head = _require_head(layer, head)
     qk, ov = slice(head * layer.d_head, (head + 1) * layer.d_head), \
         slice(head * layer.d_value_head, (head + 1) * layer.d_value_head)
@@ -188,7 +101,7 @@ def head_weights(layer: MultiHeadAttention, head: int) -> dict[str, Tensor]:
             "value": layer.value.weight[ov].detach(), "out": layer.out.weight[:, ov].detach()}
 
 
-def qk_matrix(layer: MultiHeadAttention, head: int) -> Tensor:
+def qk_matrix(layer: Attention, head: int) -> Tensor:
     """(D, d_memory) bilinear form W_QK of one head.
 
     The head's score of x_t on y_s is x_t W_QK y_s^T / sqrt(d_head) (plus bias terms when the
@@ -199,7 +112,7 @@ def qk_matrix(layer: MultiHeadAttention, head: int) -> Tensor:
     return w["query"].T @ w["key"]  # (D, d_head) @ (d_head, d_memory) -> (D, d_memory)
 
 
-def ov_matrix(layer: MultiHeadAttention, head: int) -> Tensor:
+def ov_matrix(layer: Attention, head: int) -> Tensor:
     """(d_memory, D) map W_OV of one head: a source row y with weight 1 adds y W_OV to the output.
 
     W_OV = W_V^T W_O^T (row-vector convention), rank at most d_v / H: each head writes a
@@ -214,24 +127,24 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...],
     """A copy of `model` with `heads` of its layer `layer` silenced (ablated).
 
     A head is silenced by zeroing its columns of the output projection: it still attends but
-    writes nothing. `model` is a MultiHeadAttention, or a TinyModel whose layers hold one.
+    writes nothing. `model` is an Attention layer, or a DecoderOnly model.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if isinstance(model, MultiHeadAttention):
+    if isinstance(model, Attention):
         target = model
     else:
         layers = getattr(model, "layers", None)
         require_count("layer", layer, minimum=0)
         if layers is None or layer >= len(layers):
             raise ValueError(
-                f"layer={layer}: the model has no such layer with a MultiHeadAttention")
-        target = require_multi_head(f"model.layers[{layer}].attention", layers[layer].attention)
+                f"layer={layer}: the model has no such layer")
+        target = require_attention(f"model.layers[{layer}].attention", layers[layer].attention)
     if not isinstance(heads, (list, tuple)):
         raise TypeError(f"heads must be a list of head indices, got {type(heads).__name__}")
     heads = [_require_head(target, h) for h in heads]
     silenced = copy.deepcopy(model)
-    if isinstance(silenced, MultiHeadAttention):
+    if isinstance(silenced, Attention):
         out = silenced.out
     else:
         out = silenced.layers[layer].attention.out
@@ -282,19 +195,19 @@ def two_relation_batch(n_sequences: int, length: int, n_symbols: int):
 
 
 def multi_head_model(n_heads: int, n_symbols: int = 6, length: int = 8, d_model: int = 32,
-                     seed: int = 0) -> TinyModel:
-    """Lesson 02's TinyModel (one causal layer, learned positions, float64) with a
-    MultiHeadAttention(d_model, n_heads) in place of its single head: the same model otherwise."""
-    require_count("n_heads", n_heads)
+                     seed: int = 0) -> DecoderOnly:
+    """The course's DecoderOnly model (one causal layer, learned positions, float64) with n_heads
+    heads, for the two-relation task: its vocabulary is the n_symbols^2 answer classes."""
     n_symbols = require_count("n_symbols", n_symbols, minimum=2)
-    model = TinyModel(TinyConfig(vocab_size=n_symbols * n_symbols,
-                                 max_len=require_count("length", length, 3),
-                                 d_model=d_model, seed=seed))
-    with torch.random.fork_rng():  # seeded like the rest of the model; the caller's RNG untouched
+    config = ModelConfig(vocab_size=n_symbols * n_symbols, max_len=require_count("length", length, 3),
+                         d_model=d_model, n_heads=n_heads, seed=seed)
+    model = DecoderOnly(config)
+    # The lesson's models draw their attention weights first from the seed (as they were drawn
+    # when its claims were measured): with the draws of the model's own order, one head of full
+    # width settles on one position in some seeds instead of splitting its weight (measured).
+    with torch.random.fork_rng():
         torch.manual_seed(seed)
-        # TinyLayer calls attention(x, mask=, bias=, rotate=): the same signature
-        for layer in model.layers:
-            layer.attention = MultiHeadAttention(d_model, n_heads, bias=True)
+        model.attention.load_state_dict(Attention(d_model, n_heads=n_heads, bias=True).state_dict())
     return model.to(torch.float64)
 
 
@@ -311,14 +224,12 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
 
 def _require_relation_model(model: object) -> int:
     """The model's n_symbols, or a TypeError naming what it must be."""
-    if not isinstance(model, TinyModel) or not isinstance(model.layers[0].attention,
-                                                          MultiHeadAttention):
-        raise TypeError(f"model must be a TinyModel with MultiHeadAttention (see "
-                        f"multi_head_model), got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a DecoderOnly model (see multi_head_model), got {type(model).__name__}")
     return round(model.config.vocab_size ** 0.5)
 
 
-def _fresh_batch(model: TinyModel, n_sequences: int, n_symbols: int,
+def _fresh_batch(model: DecoderOnly, n_sequences: int, n_symbols: int,
                  seed: int) -> tuple[Tensor, Tensor]:
     """(ids (B, T), targets (B, T)) of the model's length, from a generator seeded by `seed`."""
     make_batch = two_relation_batch(n_sequences, model.config.max_len, n_symbols)
@@ -405,12 +316,12 @@ def logit_parts(model: nn.Module, ids: Tensor) -> dict[str, Tensor]:
     model(ids). The attention weights are the model's own for these ids.
     """
     _require_relation_model(model)
-    if len(model.layers) != 1 or model.layers[0].mlp is not None or not model.config.residual:
+    if len(model.layers) != 1 or model.layers[0].ffn is not None or not model.config.residual:
         raise ValueError("logit_parts needs one attention layer with a residual and no MLP "
                          "(see multi_head_model)")
     attention = model.attention
-    model(ids)  # keeps each head's weights: (B, H, T, T)
-    weights = model.last_weights
+    model(ids)  # keeps each head's weights
+    weights = model.last_weights  # (B, H, T, T)
     x = model.positions.add(model.tokens(ids))  # (B, T, D): the residual stream before the layer
     readout = model.readout.weight  # (V, D)
     values = split_heads(attention.value(x), attention.n_heads)  # (B, H, T, d_v/H), b_V included

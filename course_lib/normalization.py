@@ -12,7 +12,7 @@ Which entries share one mean and one variance:
 Padding masks follow the course convention: True = a real token, False = padding.
 
 Also here: why normalize (a sigmoid layer's saturation and gradient, sigmoid_layer_gradient),
-and where the norm goes in a Transformer block (ResidualBlock, post-LN or pre-LN, stacked by
+and where the norm goes in a Transformer block (residual_block, post-LN or pre-LN, stacked by
 block_stack and measured through depth by depth_profile).
 """
 
@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Attention  # lesson 01: the attention of the blocks in "where the norm goes"
+from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
 from .guards import (require_choice, require_count, require_float, require_number, require_same_dtype,
                      require_tensor, require_width)
 
@@ -336,34 +336,21 @@ def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_token
 
 # ---------------------------------------------------------------- where the norm goes: post-LN vs pre-LN
 
-class ResidualBlock(nn.Module):
-    """One attention head and a small ReLU FFN, each on a residual branch, LayerNorm after or before.
+def residual_block(d_model: int, d_ff: int, placement: str) -> Block:
+    """The course's Block with one attention head (no biases) and a small ReLU FFN, LayerNorm after or before.
 
     placement "post" (the 2017 Transformer): x = LN(x + attn(x)), then x = LN(x + ffn(x)).
     placement "pre"  (GPT-2, nanoGPT):       x = x + attn(LN(x)), then x = x + ffn(LN(x)).
-    x: (..., T, D) -> (..., T, D). No mask: every token sees every token.
+    block(x)[0]: (..., T, D) -> (..., T, D). No mask: every token sees every token.
     """
-
-    def __init__(self, d_model: int, d_ff: int, placement: str):
-        super().__init__()
-        require_count("d_model", d_model)
-        require_count("d_ff", d_ff)
-        self.placement = require_choice("placement", placement, PLACEMENTS)
-        self.attention = Attention(d_model)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
-        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.placement == "pre":  # the residual stream itself is never normalized
-            x = x + self.attention(self.norm1(x))[0]
-            return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attention(x)[0])  # every sum goes through a LayerNorm
-        return self.norm2(x + self.ffn(x))
+    placement = require_choice("placement", placement, PLACEMENTS)
+    config = ModelConfig(d_model=d_model, d_ff=require_count("d_ff", d_ff), norm=placement, bias=False)
+    return Block(config)
 
 
 def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
                 seed: int = 0) -> nn.ModuleList:
-    """`depth` ResidualBlocks at torch's default initialisation, float64, drawn from `seed`.
+    """`depth` residual_blocks at torch's default initialisation, float64, drawn from `seed`.
 
     The same seed gives the same weights for "post" and "pre", so only the norms' place differs.
     The global random state is left as it was.
@@ -372,7 +359,7 @@ def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
     require_count("seed", seed, minimum=0)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return nn.ModuleList(ResidualBlock(d_model, d_ff, placement) for _ in range(depth)).double()
+        return nn.ModuleList(residual_block(d_model, d_ff, placement) for _ in range(depth)).double()
 
 
 def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[Tensor, Tensor]:
@@ -384,9 +371,10 @@ def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[T
     gradient of each block's parameters).
     """
     if (not isinstance(blocks, nn.ModuleList) or len(blocks) == 0
-            or not all(isinstance(b, ResidualBlock) for b in blocks)):
-        raise TypeError("blocks must be a non-empty nn.ModuleList of ResidualBlock, as block_stack returns")
-    if len({b.placement for b in blocks}) > 1:
+            or not all(isinstance(b, Block) and b.norm in PLACEMENTS for b in blocks)):
+        raise TypeError("blocks must be a non-empty nn.ModuleList of post-LN or pre-LN Blocks, as block_stack "
+                        "returns")
+    if len({b.norm for b in blocks}) > 1:
         raise ValueError("blocks mix post-LN and pre-LN; build them with one block_stack call")
     require_float("x", x, min_rank=2)
     weights_dtype = next(blocks.parameters()).dtype
@@ -400,9 +388,9 @@ def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[T
     blocks.zero_grad(set_to_none=True)
     stream, norms = x, [x.norm(dim=-1).mean()]
     for block in blocks:
-        stream = block(stream)  # (..., T, D)
+        stream = block(stream)[0]  # (..., T, D)
         norms.append(stream.norm(dim=-1).mean())
-    out = layer_norm(stream) if blocks[0].placement == "pre" else stream
+    out = layer_norm(stream) if blocks[0].norm == "pre" else stream
     (out * upstream).sum().backward()
     grads = [torch.cat([p.grad.flatten() for p in block.parameters()]).norm() for block in blocks]
     return torch.stack(norms).detach(), torch.stack(grads)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from .attention_scores import project_qkv, scaled_dot_product_attention
 from .guards import require_count, require_float, require_integer, require_number, require_same_dtype, require_tensor
+from .model import Block, ModelConfig, from_torch
 
 # ---------------------------------------------------------------- permutations
 
@@ -189,7 +190,8 @@ class EncoderBlockParams:
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderBlockParams":
-        """Copy the weights of a one-head, ReLU nn.TransformerEncoderLayer.
+        """Copy the weights of a one-head, ReLU nn.TransformerEncoderLayer, through the course's one
+        copy from torch (course_lib.model.from_torch into a Block), then into rows-times-matrix form.
 
         Run a norm_first=True layer with encoder_block(..., layout="pre").
         """
@@ -199,17 +201,18 @@ class EncoderBlockParams:
         if attn.num_heads != 1 or layer.activation_relu_or_gelu != 1:
             raise ValueError("from_torch copies only nhead=1, activation='relu' layers, got "
                              f"nhead={attn.num_heads}, activation={layer.activation}")
-        D = attn.embed_dim
-        w, b = attn.in_proj_weight.detach(), attn.in_proj_bias
-        b = b.detach() if b is not None else None
-        pick = (lambda i: b[i * D:(i + 1) * D]) if b is not None else (lambda i: None)
-        opt = (lambda t: None if t is None else t.detach())
-        return cls(w_q=w[:D].T, w_k=w[D:2 * D].T, w_v=w[2 * D:].T, w_o=attn.out_proj.weight.detach().T,
-                   w_1=layer.linear1.weight.detach().T, w_2=layer.linear2.weight.detach().T,
-                   ln1_weight=layer.norm1.weight.detach(), ln1_bias=opt(layer.norm1.bias),
-                   ln2_weight=layer.norm2.weight.detach(), ln2_bias=opt(layer.norm2.bias),
-                   b_q=pick(0), b_k=pick(1), b_v=pick(2), b_o=opt(attn.out_proj.bias),
-                   b_1=opt(layer.linear1.bias), b_2=opt(layer.linear2.bias), eps=layer.norm1.eps)
+        config = ModelConfig(d_model=attn.embed_dim, d_ff=layer.linear1.out_features, eps=layer.norm1.eps,
+                             norm="pre" if layer.norm_first else "post", bias=attn.in_proj_bias is not None)
+        block = Block(config).to(attn.in_proj_weight.dtype)
+        from_torch(block, layer)
+        a, f = block.attention, block.ffn
+        bias = (lambda linear: None if linear.bias is None else linear.bias.detach())
+        return cls(w_q=a.query.weight.detach().T, w_k=a.key.weight.detach().T, w_v=a.value.weight.detach().T,
+                   w_o=a.out.weight.detach().T, w_1=f.linear1.weight.detach().T, w_2=f.linear2.weight.detach().T,
+                   ln1_weight=block.norms[0].weight.detach(), ln1_bias=block.norms[0].bias.detach(),
+                   ln2_weight=block.norms[1].weight.detach(), ln2_bias=block.norms[1].bias.detach(),
+                   b_q=bias(a.query), b_k=bias(a.key), b_v=bias(a.value), b_o=bias(a.out),
+                   b_1=f.linear1.bias.detach(), b_2=f.linear2.bias.detach(), eps=config.eps)
 
     def replace(self, **changes: Tensor | None) -> "EncoderBlockParams":
         """A copy with some fields changed (e.g. b_k=None to drop the key bias)."""

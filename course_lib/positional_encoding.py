@@ -1,7 +1,7 @@
 """Lesson 04: telling attention where a token is. Sinusoidal, learned, rotary (RoPE) and ALiBi.
 
 Attention on its own sees a set of tokens, not a sequence (lesson 03). A position encoding
-puts the order back, through one of the three hooks of lesson 02's `masks.Positions`:
+puts the order back, through one of the three hooks of course_lib.model's `Positions`:
     add(x)          added to the input   sinusoidal table (fixed) or learned table (one row per position)
     rotate(q, k)    turns q and k        RoPE: the score q_m . k_n then depends on positions only via m - n
     score_bias(T)   added to the scores  ALiBi: a penalty growing linearly with the distance t - s
@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .guards import (require_choice, require_count, require_float, require_integer, require_number,
                      require_width)
-from .masks import (IGNORE, LearnedPositions, Positions, TinyConfig, TinyModel, require_length_fits,
+from .model import (IGNORE, DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits,
                     train_tiny_model)
 from .training import run_each
 
@@ -179,13 +179,15 @@ class SinusoidalPositionalEncoding(Positions):
         table = sinusoidal_encoding(max_len, d_model, base, dtype=torch.float64)  # (max_len, D)
         self.register_buffer("table", table, persistent=False)
 
-    def add(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """add(x, start), checked: x (..., T, D) must fit the table's width and rows start .. start + T - 1."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
-        require_length_fits(x.shape[-2], self.max_len, "sinusoidal table")
-        return x + self.table[: x.shape[-2]].to(x.dtype)  # (..., T, D)
+        require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len, "sinusoidal table")
+        return self.add(x, start)
 
-    forward = add
+    def add(self, x: Tensor, start: int = 0) -> Tensor:
+        return x + self.table[start:start + x.shape[-2]].to(x.dtype)  # (..., T, D)
 
 
 # ---------------------------------------------------------------- rotary encoding (RoPE)
@@ -220,10 +222,10 @@ class RotaryPositions(Positions):
     def _turn_rows(self, name: str, x: Tensor) -> Tensor:
         """apply_rope(x, base=self.base), x: (..., T, d) -> (..., T, d), the same digits; cos and
         sin are kept per (T, d, dtype), as training asks for the same ones at every step."""
-        require_float(name, x, min_rank=2)
-        T, d = x.shape[-2], _require_even_width(f"the last dimension d of {name}", x.shape[-1])
-        key = (T, d, x.dtype)
-        if key not in self._turns:
+        key = tuple(x.shape[-2:]) + (x.dtype,) if isinstance(x, Tensor) and x.dim() >= 2 else None
+        if key not in self._turns:  # checked once per (T, d, dtype): a training loop's later steps trust it
+            require_float(name, x, min_rank=2)
+            T, d = x.shape[-2], _require_even_width(f"the last dimension d of {name}", x.shape[-1])
             angles = torch.arange(T, dtype=torch.float64).unsqueeze(-1) * frequencies(d, self.base)
             self._turns[key] = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
         return _turn(x, *self._turns[key])
@@ -247,7 +249,12 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
     favours the nearest keys, most of all the query's own position (distance 0).
     """
     require_float("slopes", slopes, 1, 1)
-    t = torch.arange(require_count("length", length, minimum=0))
+    return _alibi(require_count("length", length, minimum=0), slopes)
+
+
+def _alibi(length: int, slopes: Tensor) -> Tensor:
+    """alibi_bias on checked input (a model's forward calls it at every step)."""
+    t = torch.arange(length)
     distance = (t.unsqueeze(-1) - t).clamp_min(0).to(slopes.dtype)  # (T, T): t - s, 0 above the diagonal
     return 0.0 - slopes.view(-1, 1, 1) * distance  # (H, T, T); 0.0 - x turns -0.0 into 0.0
 
@@ -271,17 +278,17 @@ class ALiBiPositions(Positions):
         return float(self.log_slope.detach().exp())
 
     def score_bias(self, T: int) -> Tensor:
-        return alibi_bias(T, self.log_slope.exp().view(1))[0]  # (T, T)
+        return _alibi(T, self.log_slope.exp().view(1))[0]  # (T, T)
 
 
 # ---------------------------------------------------------------- the tiny model of lesson 02, by scheme
 
-def positions_for(kind: str, config: TinyConfig, base: float = 10000.0, alibi_slope: float = 0.5,
+def positions_for(kind: str, config: ModelConfig, base: float = 10000.0, alibi_slope: float = 0.5,
                   learned_slope: bool = False) -> Positions | None:
-    """The position scheme named `kind` for a model of this config (None: TinyModel builds its own)."""
+    """The position scheme named `kind` for a model of this config (None: DecoderOnly builds its own)."""
     require_choice("kind", kind, POSITION_KINDS)
     if kind in ("none", "learned"):
-        return None  # lesson 02's TinyModel builds these itself, seeded by config.seed
+        return None  # lesson 02's DecoderOnly builds these itself, seeded by config.seed
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(config.max_len, config.d_model, base)
     if kind == "rope":
@@ -291,14 +298,14 @@ def positions_for(kind: str, config: TinyConfig, base: float = 10000.0, alibi_sl
 
 
 def tiny_model(kind: str, base: float = 10000.0, alibi_slope: float = 0.5, learned_slope: bool = False,
-               **config: object) -> TinyModel:
-    """masks.TinyModel with the position scheme `kind`; **config are TinyConfig fields.
+               **config: object) -> DecoderOnly:
+    """model.DecoderOnly with the position scheme `kind`; **config are ModelConfig fields.
 
     ids: (B, T) -> logits (B, T, V). kind: "none", "learned", "sinusoidal", "rope" or "alibi".
     """
     require_choice("kind", kind, POSITION_KINDS)
-    settings = TinyConfig(**config, positions=kind)  # the name; the scheme itself is passed below
-    return TinyModel(settings, positions=positions_for(kind, settings, base, alibi_slope, learned_slope))
+    settings = ModelConfig(**config, positions=kind)  # the name; the scheme itself is passed below
+    return DecoderOnly(settings, positions=positions_for(kind, settings, base, alibi_slope, learned_slope))
 
 
 def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Callable[[torch.Generator],
@@ -318,11 +325,11 @@ def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Call
 
 
 def _require_tiny_model(model: object) -> None:
-    if not isinstance(model, TinyModel):
-        raise TypeError(f"model must be a masks.TinyModel (see tiny_model), got {type(model).__name__}")
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model must be a model.DecoderOnly (see tiny_model), got {type(model).__name__}")
 
 
-def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 150, lr: float = 0.02,
+def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int = 150, lr: float = 0.02,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
 
@@ -338,7 +345,7 @@ def train_previous_token(model: TinyModel, train_length: int = 8, steps: int = 1
 
 
 @torch.no_grad()
-def measure_previous_token(model: TinyModel, length: int, n_sequences: int = 256,
+def measure_previous_token(model: DecoderOnly, length: int, n_sequences: int = 256,
                            seed: int = 1) -> tuple[Tensor, Tensor]:
     """On fresh random sequences: accuracy at predicting token t-1, and attention weight on it.
 
@@ -360,7 +367,7 @@ def measure_previous_token(model: TinyModel, length: int, n_sequences: int = 256
 class PreviousTokenRun(NamedTuple):
     """One trained model and what measure_previous_token read from it on the test length."""
 
-    model: TinyModel
+    model: DecoderOnly
     accuracy: Tensor  # (test_length - 1,): position t = index + 1
     on_previous: Tensor  # (test_length - 1,): attention weight of query t on key t - 1
 

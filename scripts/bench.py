@@ -91,9 +91,9 @@ def widget_arguments(name: str) -> tuple:
 
         return ({n: multi_head_model(n) for n in (1, 2, 4)},)
     if name == "transformer.decoding_widget":
-        from course_lib.transformer import Transformer, TransformerConfig
+        from course_lib.transformer import transformer, transformer_config
 
-        return Transformer(TransformerConfig(vocab_size=11, d_model=32, n_heads=4, d_ff=64)), "reverse"
+        return transformer(transformer_config(vocab_size=11, d_model=32, n_heads=4, d_ff=64)), "reverse"
     return ()
 
 

@@ -17,7 +17,8 @@ from course_lib.copy import (BOS, coherence, content_copy_head, copy_accuracies,
                              ov_circuit, ov_copy_scores, position_copy_head, second_layer_weights,
                              softmax_copy_error, source_weight, token_codes, train_copy_model,
                              train_induction_model, weight_on_source)
-from course_lib.masks import IGNORE, causal_mask
+from course_lib.masks import causal_mask
+from course_lib.model import IGNORE
 
 
 @pytest.fixture(autouse=True, scope="module")

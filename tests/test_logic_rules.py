@@ -15,7 +15,7 @@ from course_lib.logic_rules import (
     composition_lookup, composition_readout, decode, encode, fit_power_law, friend_enemy_model,
     handset_layout, handset_model, random_layer_features, rule_targets, rules_right, sentence_batch,
     slot_accuracy, strictly_right, symmetric_gram, train_rule_model, train_rule_models, xor_residue)
-from course_lib.masks import IGNORE, TinyConfig, TinyModel
+from course_lib.model import IGNORE, DecoderOnly, ModelConfig
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,7 @@ def test_the_handset_readout_cannot_fit_the_xor_but_the_content_head_can():
 
 
 def test_xor_residue_is_zero_for_a_fixed_mix_and_matches_a_direct_computation():
-    model = TinyModel(TinyConfig(vocab_size=len(VOCAB), max_len=4, d_model=8, causal=False, seed=4)).double()
+    model = DecoderOnly(ModelConfig(vocab_size=len(VOCAB), max_len=4, d_model=8, causal=False, seed=4)).double()
     with torch.no_grad():
         for linear in (model.attention.query, model.attention.key):
             linear.weight.zero_()

@@ -10,12 +10,12 @@ import torch.nn.functional as F
 
 from course_lib.attention_scores import scaled_dot_product_attention
 from course_lib.attention_scores import Attention
-from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, LearnedPositions,
-                              TinyConfig, TinyModel, additive_attention, additive_mask, causal_mask, combine_masks,
-                              cross_attention, decoder_self_attention, encoder_self_attention, fit_additive_scorer,
-                              future_perturbation, influence_matrix, matching_layer, operations_per_score,
-                              padding_mask, prefix_outputs, seconds_per_score, to_multihead_attention,
-                              to_torch_mha_mask, toy_embedding, toy_translation_batch, train_next_token,
+from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
+                              additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
+                              encoder_self_attention, fit_additive_scorer, future_perturbation, influence_matrix,
+                              matching_layer, operations_per_score, padding_mask, prefix_outputs, seconds_per_score,
+                              to_torch_mha_mask, toy_embedding, toy_translation_batch)
+from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, to_torch, train_next_token,
                               train_tiny_model)
 from tensors import DTYPES, TOL, random_qkv
 
@@ -103,7 +103,7 @@ def test_torch_multihead_attention_gives_nan_where_we_give_zeros():
     pad = padding_mask([2, 4], 4, side="left")
     with torch.no_grad():
         ours, _ = layer(x, mask=combine_masks(causal_mask(4), pad))
-        theirs, _ = to_multihead_attention(layer)(x, x, x, attn_mask=to_torch_mha_mask(causal_mask(4)),
+        theirs, _ = to_torch(layer)(x, x, x, attn_mask=to_torch_mha_mask(causal_mask(4)),
                                                   key_padding_mask=to_torch_mha_mask(pad[:, 0]))
     assert torch.isnan(theirs[0, :2]).all() and not torch.isnan(ours).any()
     assert torch.allclose(ours[:, 2:], theirs[:, 2:], atol=1e-6)
@@ -116,7 +116,7 @@ def test_torch_multihead_attention_gives_nan_where_we_give_zeros():
 @pytest.mark.parametrize("which", ["causal", "padding", "both"])
 def test_layer_matches_multihead_attention_after_inverting_masks(which, bias, dtype):
     layer = seeded_layer(8, dtype, bias=bias)
-    mha = to_multihead_attention(layer)
+    mha = to_torch(layer)
     x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(7), dtype=dtype)
     causal, pad = causal_mask(5), padding_mask([2, 5, 4], 5)  # ours: True = may attend
     ours_mask = {"causal": causal, "padding": pad, "both": combine_masks(causal, pad)}[which]
@@ -141,7 +141,7 @@ def test_masks_passed_to_multihead_attention_without_inverting_pick_the_forbidde
     causal = causal_mask(5)
     with torch.no_grad():
         ours, _ = layer(x, mask=causal)
-        _, wrong_weights = to_multihead_attention(layer)(x, x, x, attn_mask=causal)  # forgot to invert
+        _, wrong_weights = to_torch(layer)(x, x, x, attn_mask=causal)  # forgot to invert
     finite = ~torch.isnan(wrong_weights).any(-1)
     assert (wrong_weights[finite] * causal.expand_as(wrong_weights)[finite]).sum() == 0  # only future keys
     assert torch.isnan(wrong_weights[0, -1]).all()  # the last query has no future key at all
@@ -154,7 +154,7 @@ def test_cross_attention_matches_multihead_attention_with_key_padding_mask(dtype
     target, source = torch.randn(2, 5, 6, generator=gen, dtype=dtype), torch.randn(2, 3, 6, generator=gen, dtype=dtype)
     with torch.no_grad():
         ours, weights = cross_attention(layer, target, source, [2, 3])
-        theirs, _ = to_multihead_attention(layer)(target, source, source,
+        theirs, _ = to_torch(layer)(target, source, source,
                                                   key_padding_mask=to_torch_mha_mask(padding_mask([2, 3], 3)[:, 0]))
     assert weights.shape == (2, 5, 3)  # m x n
     assert torch.allclose(ours, theirs, atol=TOL[dtype])
@@ -163,7 +163,7 @@ def test_cross_attention_matches_multihead_attention_with_key_padding_mask(dtype
 @pytest.mark.parametrize("bias", [False, True])
 def test_cross_attention_of_another_width_matches_multihead_attention_with_kdim(bias):
     layer = seeded_layer(6, torch.float64, d_memory=4, bias=bias)
-    mha = to_multihead_attention(layer)
+    mha = to_torch(layer)
     assert (mha.kdim, mha.vdim) == (4, 4)
     gen = torch.Generator().manual_seed(10)
     target, source = (torch.randn(2, t, d, generator=gen, dtype=torch.float64) for t, d in ((5, 6), (3, 4)))
@@ -458,9 +458,9 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 
 def test_to_multihead_attention_needs_equal_widths():
     with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
-        to_multihead_attention(Attention(8, d_k=4))
+        to_torch(Attention(8, d_k=4))
     with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got Linear"):
-        to_multihead_attention(torch.nn.Linear(2, 2))
+        to_torch(torch.nn.Linear(2, 2))
 
 
 def test_additive_scorer_rejects_wrong_widths_and_batches():
@@ -493,27 +493,27 @@ def test_causality_helpers_want_one_sequence():
     ("d_model", 4.0, TypeError, "config.d_model must be an int, got float 4.0"),
     ("d_model", True, TypeError, "config.d_model must be an int, got bool True"),
     ("seed", -1, ValueError, "config.seed must be >= 0"),
-    ("n_layers", 0, ValueError, "config.n_layers must be >= 1, got config.n_layers=0"),
+    ("n_decoder_layers", -1, ValueError, "config.n_decoder_layers must be >= 0, got config.n_decoder_layers=-1"),
     ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
     ("causal", 1, TypeError, "config.causal must be True or False, got 1"),
     ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
     with pytest.raises(error, match=message):
-        TinyConfig(**{field: value})
-    config = TinyConfig()
+        ModelConfig(**{field: value})
+    config = ModelConfig()
     setattr(config, field, value)  # changed after it was made: the model checks again
     with pytest.raises(error, match=message):
-        TinyModel(config)
+        DecoderOnly(config)
 
 
 def test_tiny_model_and_its_training_name_bad_arguments():
     with pytest.raises(ValueError, match="config.positions must be one of .* got 'sinusoidal'"):
-        TinyModel(TinyConfig(positions="sinusoidal"))
-    with pytest.raises(TypeError, match="config must be a TinyConfig, got dict"):
-        TinyModel({"vocab_size": 8})
+        DecoderOnly(ModelConfig(positions="sinusoidal"))
+    with pytest.raises(TypeError, match="config must be a ModelConfig, got dict"):
+        DecoderOnly({"vocab_size": 8})
     with pytest.raises(TypeError, match="positions must be a Positions scheme, got Linear"):
-        TinyModel(TinyConfig(), positions=torch.nn.Linear(2, 2))
-    model = TinyModel(TinyConfig())
+        DecoderOnly(ModelConfig(), positions=torch.nn.Linear(2, 2))
+    model = DecoderOnly(ModelConfig())
     with pytest.raises(TypeError, match="ids must hold integers, got dtype torch.float32"):
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"ids must be token ids in 0..7, got values from 0 to 8"):
@@ -521,7 +521,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
     with pytest.raises(ValueError, match="sequence length T=9 is longer than max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     batch = lambda gen: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="model must be a TinyModel, got Linear"):
+    with pytest.raises(TypeError, match="model must be a DecoderOnly model, got Linear"):
         train_tiny_model(torch.nn.Linear(2, 2), batch, steps=1)
     with pytest.raises(TypeError, match="make_batch must be callable, got list"):
         train_tiny_model(model, [], steps=1)
@@ -754,8 +754,8 @@ HINTS = {
 
 def test_tiny_model_layers_are_attention_then_mlp_each_with_a_residual():
     """Two layers with an MLP equal the same computation written out with the model's weights."""
-    config = TinyConfig(vocab_size=7, max_len=6, d_model=8, n_layers=2, d_ff=12, seed=3)
-    model = TinyModel(config).double()
+    config = ModelConfig(vocab_size=7, max_len=6, d_model=8, n_decoder_layers=2, d_ff=12, seed=3)
+    model = DecoderOnly(config).double()
     ids = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(0))
     x = model.tokens.weight[ids] + model.positions.table.weight[:6]
     weights = []
@@ -765,7 +765,7 @@ def test_tiny_model_layers_are_attention_then_mlp_each_with_a_residual():
         scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(6, 6).tril().bool(), -math.inf)
         w = scores.softmax(-1)
         x = x + att.out(w @ v)
-        x = x + layer.mlp[2](torch.relu(layer.mlp[0](x)))
+        x = x + layer.ffn.linear2(torch.relu(layer.ffn.linear1(x)))
         weights.append(w)
     torch.testing.assert_close(model(ids), model.readout(x), atol=1e-12, rtol=0)
     assert len(model.layer_weights) == 2
@@ -776,12 +776,12 @@ def test_tiny_model_layers_are_attention_then_mlp_each_with_a_residual():
 
 def test_one_layer_without_mlp_keeps_the_lesson_02_model_and_its_initial_weights():
     """n_layers=1, d_ff=0 draws the same initial weights as before the fields existed."""
-    model = TinyModel(TinyConfig(seed=5))
+    model = DecoderOnly(ModelConfig(seed=5))
     torch.manual_seed(5)
     tokens = torch.nn.Embedding(8, 32)
     table = torch.nn.Embedding(8, 32)
     query = torch.nn.Linear(32, 32)
-    assert model.layers[0].mlp is None and len(model.layers) == 1
+    assert model.layers[0].ffn is None and len(model.layers) == 1
     torch.testing.assert_close(model.tokens.weight, tokens.weight, atol=0, rtol=0)
     torch.testing.assert_close(model.positions.table.weight, table.weight, atol=0, rtol=0)
     torch.testing.assert_close(model.attention.query.weight, query.weight, atol=0, rtol=0)

@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.attention_scores import Attention
-from course_lib.masks import IGNORE, causal_mask, padding_mask
+from course_lib.attention_scores import Attention, scaled_dot_product_attention
+from course_lib.masks import causal_mask, padding_mask
+from course_lib.model import IGNORE
 from course_lib.multi_head import (
-    MultiHeadAttention, attend_heads, head_weights, logit_parts, merge_heads, multi_head_model,
+    head_weights, logit_parts, merge_heads, multi_head_model,
     multiply_adds, ov_matrix, qk_matrix, relation_accuracy, relation_attention, relation_logits,
     relation_margins, split_answer, split_heads, to_torch, train_relation_seeds, train_two_relations,
     two_relation_batch, two_relation_targets, without_heads)
@@ -20,7 +21,7 @@ DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
-def torch_copy(layer: MultiHeadAttention, batch_first: bool) -> nn.MultiheadAttention:
+def torch_copy(layer: Attention, batch_first: bool) -> nn.MultiheadAttention:
     """torch's layer with our weights, copied here (independently of multi_head.to_torch)."""
     D = layer.d_model
     mha = nn.MultiheadAttention(D, layer.n_heads, bias=layer.query.bias is not None, batch_first=batch_first,
@@ -41,9 +42,9 @@ def torch_copy(layer: MultiHeadAttention, batch_first: bool) -> nn.MultiheadAtte
     return mha
 
 
-def random_layer(seed: int, D: int, H: int, dtype=torch.float64, bias=True, d_memory=None) -> MultiHeadAttention:
+def random_layer(seed: int, D: int, H: int, dtype=torch.float64, bias=True, d_memory=None) -> Attention:
     torch.manual_seed(seed)
-    return MultiHeadAttention(D, H, d_memory=d_memory, bias=bias).to(dtype)
+    return Attention(D, n_heads=H, d_memory=d_memory, bias=bias).to(dtype)
 
 
 # ---------------------------------------------------------------- against torch
@@ -60,7 +61,7 @@ def test_self_attention_matches_torch_with_causal_and_padding_masks(seed, batch_
     x = torch.randn(B, T, 16, generator=gen, dtype=dtype, requires_grad=True)
     lengths = [T, 4, 1]
     ours_mask = causal_mask(T) & padding_mask(lengths, T)  # (B, T, T), True = may attend
-    out, weights = layer(x, mask=ours_mask)
+    out, weights = layer(x, mask=ours_mask[:, None])  # (B, 1, T, T): the same for every head
     x_t = x if batch_first else x.transpose(0, 1)  # torch's (T, B, D) when not batch_first
     ref, ref_weights = theirs(x_t, x_t, x_t, attn_mask=~causal_mask(T),
                               key_padding_mask=~padding_mask(lengths, T)[:, 0], average_attn_weights=False)
@@ -88,7 +89,7 @@ def test_cross_attention_with_kdim_vdim_matches_torch(seed, batch_first):
     memory = torch.randn(B, S, d_memory, generator=gen, dtype=torch.float64)
     keep = torch.rand(B, T, S, generator=gen) < 0.7
     keep[..., 0] = True  # every query keeps at least one key (torch gives NaN rows otherwise)
-    out, weights = layer(x, memory, mask=keep)
+    out, weights = layer(x, memory, mask=keep[:, None])  # (B, 1, T, S): the same for every head
     # torch's 3-D attn_mask is (B * H, T, S), batch-major: repeat each sequence's mask H times
     t_mask = (~keep).repeat_interleave(H, dim=0)
     q, kv = (x, memory) if batch_first else (x.transpose(0, 1), memory.transpose(0, 1))
@@ -127,7 +128,7 @@ def test_each_head_attends_with_its_own_slices_by_hand(H):
     """Head h, written out with torch.softmax on its weight slices; the heads' outputs concatenated."""
     torch.manual_seed(H)
     D, T, d_head = 12, 5, 12 // H
-    layer = MultiHeadAttention(D, H, bias=False).double()
+    layer = Attention(D, n_heads=H, bias=False).double()
     x = torch.randn(T, D, dtype=torch.float64)
     out, weights = layer(x)
     pieces = []
@@ -140,13 +141,55 @@ def test_each_head_attends_with_its_own_slices_by_hand(H):
     torch.testing.assert_close(out, torch.cat(pieces, -1) @ layer.out.weight.detach().T, atol=1e-13, rtol=0)
 
 
-def test_a_mask_for_t_s_or_b_t_s_reaches_every_head():
+def test_a_mask_for_t_s_or_b_1_t_s_reaches_every_head():
     layer = random_layer(2, 8, 4)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     _, weights = layer(x, mask=causal_mask(5))
     assert (weights.triu(1) == 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 4, 5, dtype=torch.float64))
-    _, weights = layer(x, mask=padding_mask([5, 2], 5))
+    _, weights = layer(x, mask=padding_mask([5, 2], 5)[:, None])  # (B, 1, 1, S): one mask per sequence
     assert (weights[1, :, :, 2:] == 0).all() and (weights[0] > 0).all()
+
+
+def head_by_head(layer: Attention, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Weights (B, H, T, T) written out here: head h's scores plus bias[h], every sequence alike."""
+    d = layer.d_head
+    heads = []
+    for h in range(layer.n_heads):
+        rows = slice(h * d, (h + 1) * d)
+        q, k = (x @ p.weight[rows].T + p.bias[rows] for p in (layer.query, layer.key))  # (B, T, d)
+        heads.append(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d) + bias[h], dim=-1))
+    return torch.stack(heads, dim=1)
+
+
+def test_a_per_head_bias_reaches_its_own_head_when_the_batch_has_as_many_sequences_as_heads():
+    """ALiBi's bias (H, T, T) has one slope per head. With B == H, reading its first axis as the
+    batch gives sequence b head b's slope in every head: a wrong answer of the right shape."""
+    from course_lib.positional_encoding import alibi_bias, alibi_slopes
+
+    H = B = 4
+    layer = random_layer(7, 8, H)
+    x = torch.randn(B, 6, 8, dtype=torch.float64)
+    bias = alibi_bias(6, alibi_slopes(H)).double()  # (H, T, T)
+    _, weights = layer(x, mask=causal_mask(6), bias=bias[None])  # (1, H, T, T): one bias per head
+    torch.testing.assert_close(weights, head_by_head(layer, x, bias.masked_fill(~causal_mask(6), -math.inf)),
+                               atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match=r"bias of shape \(4, 6, 6\) can be read two ways"):
+        layer(x, bias=bias)  # the same (H, T, T) tensor without its batch axis: refused, not guessed
+    _, unbatched = layer(x[0], bias=bias)  # x (T, D): the scores are (H, T, S), so (H, T, S) is per head
+    torch.testing.assert_close(unbatched, head_by_head(layer, x[:1], bias)[0], atol=1e-12, rtol=0)
+
+
+def test_the_one_softmax_runs_under_vmap_over_masks_as_torchs_attention_does():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 4, generator=gen, dtype=torch.float64) for n in (3, 5, 5))
+    masks = torch.rand(6, 3, 5, generator=gen) < 0.5
+    masks[..., 0] = True  # every query keeps a key, where torch's answer is defined
+    ours = torch.func.vmap(lambda m: scaled_dot_product_attention(q, k, v, m)[0])(masks)
+    theirs = torch.func.vmap(lambda m: nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m))(masks)
+    torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+    layer = random_layer(1, 4, 2)
+    heads = torch.func.vmap(lambda m: layer(q, mask=m[:, :3][None, None])[1])(masks)  # (6, 2, H, T, T)
+    assert heads.shape == (6, 2, 2, 3, 3) and (heads[~masks[:, None, None, :, :3].expand_as(heads)] == 0).all()
 
 
 def test_rope_turns_every_head():
@@ -164,13 +207,14 @@ def test_rope_turns_every_head():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_attend_heads_matches_torchs_attention_on_heads_split_by_hand(seed):
+def test_split_attend_merge_matches_torchs_attention_on_heads_split_by_hand(seed):
     gen = torch.Generator().manual_seed(seed)
     B, T, S, H, d = 2, 4, 6, [1, 2, 3, 4][seed], 3
     q, k, v = (torch.randn(B, n, H * d, generator=gen, dtype=torch.float64) for n in (T, S, S))
     keep = torch.rand(B, T, S, generator=gen) < 0.6
     keep[..., -1] = True
-    out, weights = attend_heads(q, k, v, H, keep)
+    out, weights = scaled_dot_product_attention(split_heads(q, H), split_heads(k, H), split_heads(v, H), keep[:, None])
+    out = merge_heads(out)
 
     def heads(t):  # (B, n, H * d) -> (B, H, n, d), written here independently
         return t.reshape(B, -1, H, d).permute(0, 2, 1, 3)
@@ -197,7 +241,7 @@ def test_multiply_adds_do_not_depend_on_the_number_of_heads(T, S):
     for H in (1, 2, 3, 4, 6, 8, 12):
         counts = multiply_adds(D, H, T, S)
         assert counts["multiply-adds"] == expected
-        assert counts["exp_"] == H * T * S  # the softmax does grow: one exp per head, query, key
+        assert counts["exp"] == H * T * S  # the softmax does grow: one exp per head, query, key
 
 
 # ---------------------------------------------------------------- QK and OV
@@ -206,7 +250,7 @@ def test_multiply_adds_do_not_depend_on_the_number_of_heads(T, S):
 @pytest.mark.parametrize("H", [1, 2, 4])
 def test_qk_matrix_gives_each_heads_scores_and_has_rank_at_most_d_head(H):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(8, H, d_memory=6).double()  # no biases: the scores are the form alone
+    layer = Attention(8, n_heads=H, d_memory=6).double()  # no biases: the scores are the form alone
     x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(7, 6, dtype=torch.float64)
     _, weights = layer(x, y)
     for h in range(H):
@@ -225,7 +269,7 @@ def test_qk_matrix_is_not_symmetric_in_general():
 @pytest.mark.parametrize("H", [1, 2, 4])
 def test_output_is_the_sum_over_heads_of_weights_times_source_times_ov(H):
     torch.manual_seed(1)
-    layer = MultiHeadAttention(8, H, d_memory=5).double()
+    layer = Attention(8, n_heads=H, d_memory=5).double()
     x, y = torch.randn(3, 8, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
     out, weights = layer(x, y)
     total = sum(weights[h] @ y @ ov_matrix(layer, h) for h in range(H))
@@ -418,25 +462,31 @@ def test_an_untrained_model_is_at_chance():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: MultiHeadAttention(10, 3), "d_k=10 does not split into n_heads=3"),
-    (lambda: MultiHeadAttention(8, 0), "n_heads"),
-    (lambda: MultiHeadAttention(8, 2, d_v=5), "d_v=5"),
-    (lambda: MultiHeadAttention(8, 2, bias=1), "bias"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 7)), "x"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), torch.randn(4, 5)), "memory"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), mask=torch.ones(3, 3)), "mask"),
-    (lambda: MultiHeadAttention(8, 2)(torch.randn(3, 8), mask=torch.ones(4, 4, dtype=torch.bool)), "mask"),
+    (lambda: Attention(10, n_heads=3), "d_k=10 does not split into n_heads=3"),
+    (lambda: Attention(8, n_heads=0), "n_heads"),
+    (lambda: Attention(8, n_heads=2, d_v=5), "d_v=5"),
+    (lambda: Attention(8, n_heads=2, bias=1), "bias"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 7)), "x"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 8), torch.randn(4, 5)), "memory"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 8), mask=torch.ones(3, 3)), "mask"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 8), mask=torch.ones(4, 4, dtype=torch.bool)), "mask"),
     (lambda: split_heads(torch.randn(2, 7), 2), "x's last dimension 7"),
     (lambda: merge_heads(torch.randn(2, 7)), "x"),
-    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 7), torch.randn(4, 8), 2), "k's last dimension 7"),
-    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8), 0), "n_heads"),
-    (lambda: attend_heads(torch.randn(3, 8), torch.randn(4, 8), torch.randn(5, 8), 2), "same number of positions"),
-    (lambda: to_torch(Attention(4)), "layer"),
-    (lambda: to_torch(MultiHeadAttention(4, 2, d_k=8)), "d_k = d_v = d_model"),
-    (lambda: qk_matrix(MultiHeadAttention(4, 2), 2), "head=2 is out of range"),
-    (lambda: ov_matrix(MultiHeadAttention(4, 2), -1), "head"),
-    (lambda: without_heads(MultiHeadAttention(4, 2), 0), "heads"),
-    (lambda: without_heads(MultiHeadAttention(4, 2), [5]), "head=5"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 8), torch.randn(4, 7)), "memory must have last dimension 8"),
+    (lambda: Attention(8, n_heads=0), "n_heads"),
+    (lambda: scaled_dot_product_attention(*(split_heads(torch.randn(n, 8), 2) for n in (3, 4, 5))),
+     "same number of positions"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), mask=padding_mask([3, 1], 3)),
+     "mask of shape (2, 1, 3) can be read two ways"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), bias=torch.zeros(2, 3, 3)),
+     "Pass (B, 1, T, S) for one bias per sequence, or (1, H, T, S) for one per head"),
+    (lambda: qk_matrix(Attention(4), 0), "no heads"),
+    (lambda: to_torch(nn.Linear(4, 4)), "layer"),
+    (lambda: to_torch(Attention(4, n_heads=2, d_k=8)), "d_k = d_v = d_model"),
+    (lambda: qk_matrix(Attention(4, n_heads=2), 2), "head=2 is out of range"),
+    (lambda: ov_matrix(Attention(4, n_heads=2), -1), "head"),
+    (lambda: without_heads(Attention(4, n_heads=2), 0), "heads"),
+    (lambda: without_heads(Attention(4, n_heads=2), [5]), "head=5"),
     (lambda: two_relation_targets(torch.tensor([[0, 7]]), 3), "ids"),
     (lambda: two_relation_batch(4, 2, 3), "length"),
     (lambda: relation_accuracy(nn.Linear(2, 2)), "model"),
@@ -543,9 +593,10 @@ MUTANTS = {
                                    "    r = slice(head * d, (head + 1) * d)\n    return w_q[r].T @ w_k[r] / math.sqrt(d)",
         "heads counted from 1": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
                                 "    r = slice((head - 1) * d, head * d)\n    return w_q[r].T @ w_k[r]",
-        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, qk_matrix\n"
+        "calls the course reference": "from course_lib.attention_scores import Attention\n"
+                                      "from course_lib.multi_head import qk_matrix\n"
                                       "def qk_form(w_q, w_k, head, n_heads):\n"
-                                      "    m = MultiHeadAttention(w_q.shape[1], n_heads).double()\n"
+                                      "    m = Attention(w_q.shape[1], n_heads=n_heads).double()\n"
                                       "    m.query.weight.data, m.key.weight.data = w_q.double(), w_k.double()\n"
                                       "    return qk_matrix(m, head)",
     },
@@ -560,9 +611,10 @@ MUTANTS = {
                            "    s[:, head] = 0.0\n    return s",
         "head starts at column h": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
                                    "    s = w_out.clone()\n    s[:, head: head + d] = 0.0\n    return s",
-        "calls the course reference": "from course_lib.multi_head import MultiHeadAttention, without_heads\n"
+        "calls the course reference": "from course_lib.attention_scores import Attention\n"
+                                      "from course_lib.multi_head import without_heads\n"
                                       "def silence_head(w_out, head, n_heads):\n"
-                                      "    m = MultiHeadAttention(w_out.shape[0], n_heads).double()\n"
+                                      "    m = Attention(w_out.shape[0], n_heads=n_heads).double()\n"
                                       "    m.out.weight.data = w_out.double().clone()\n"
                                       "    return without_heads(m, [head]).out.weight.detach()",
     },

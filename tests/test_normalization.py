@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.normalization import (COMPOSITIONS, PAD, BatchNorm, LayerNorm, RMSNorm, ResidualBlock,
+from course_lib.normalization import (COMPOSITIONS, PAD, BatchNorm, LayerNorm, RMSNorm, residual_block,
                                       batch_norm, batch_statistics, block_stack, dependence_mask,
                                       depth_profile, expected_slice, layer_norm, normalize, normalize_tokens,
                                       rms_norm, sigmoid_layer_gradient, sigmoid_slope, toy_batch)
@@ -315,9 +315,9 @@ def test_residual_block_is_the_textbook_post_ln_and_pre_ln_formula():
     ln = lambda v: F.layer_norm(v, (32,))  # torch's own, with gamma = 1 and beta = 0 as at initialisation
     attend = lambda v: post.attention(v)[0]
     mid = ln(x + attend(x))
-    torch.testing.assert_close(post(x), ln(mid + post.ffn(mid)))
+    torch.testing.assert_close(post(x)[0], ln(mid + post.ffn(mid)))  # a block returns (x, weights, None)
     mid = x + pre.attention(ln(x))[0]
-    torch.testing.assert_close(pre(x), mid + pre.ffn(ln(mid)))
+    torch.testing.assert_close(pre(x)[0], mid + pre.ffn(ln(mid)))
     assert all(torch.equal(p, q) for p, q in zip(post.parameters(), pre.parameters()))  # same seed, same weights
 
 
@@ -337,7 +337,7 @@ def test_depth_profile_gradients_match_autograd_by_hand():
     blocks.zero_grad(set_to_none=True)
     out = x
     for block in blocks:
-        out = block(out)
+        out = block(out)[0]
     (F.layer_norm(out, (32,)) * upstream).sum().backward()
     want = torch.stack([torch.cat([p.grad.flatten() for p in b.parameters()]).norm() for b in blocks])
     torch.testing.assert_close(grads, want)
@@ -430,9 +430,9 @@ def test_functions_name_the_argument_and_the_problem(call, error, message):
     (lambda: RMSNorm(4, eps=float("inf")), ValueError, "eps must be finite, got inf"),
     (lambda: BatchNorm(4, momentum="0.1"), TypeError, "momentum must be a number, got str '0.1'"),
     (lambda: BatchNorm(4, momentum=-0.1), ValueError, "momentum must be >= 0, got -0.1"),
-    (lambda: ResidualBlock(0, 8, "pre"), ValueError, "d_model must be >= 1"),
-    (lambda: ResidualBlock(8, 8.0, "pre"), TypeError, "d_ff must be an int, got float"),
-    (lambda: ResidualBlock(8, 8, "middle"), ValueError, r"placement must be one of \('post', 'pre'\), got 'middle'"),
+    (lambda: residual_block(0, 8, "pre"), ValueError, "d_model must be >= 1"),
+    (lambda: residual_block(8, 8.0, "pre"), TypeError, "d_ff must be an int, got float"),
+    (lambda: residual_block(8, 8, "middle"), ValueError, r"placement must be one of \('post', 'pre'\), got 'middle'"),
     (lambda: block_stack("pre", 0), ValueError, "depth must be >= 1, got depth=0"),
     (lambda: block_stack("pre", 2, seed=-1), ValueError, "seed must be >= 0"),
 ])
@@ -458,7 +458,7 @@ def test_module_inputs_are_checked_at_the_entry_point():
         depth_profile(blocks, x, x[0])
     with pytest.raises(TypeError, match="x, upstream must share one dtype"):
         depth_profile(blocks, x, x.float())
-    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList of ResidualBlock"):
+    with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList of post-LN or pre-LN Blocks"):
         depth_profile([blocks[0]], x, x)
     with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList"):
         depth_profile(nn.ModuleList(), x, x)

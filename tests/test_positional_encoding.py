@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.masks import LearnedPositions, Positions, TinyModel
+from course_lib.model import DecoderOnly, LearnedPositions, Positions
 from course_lib.positional_encoding import (
     ALiBiPositions, LearnedPositionalEmbedding, RotaryPositions, SinusoidalPositionalEncoding, alibi_bias,
     alibi_slopes, apply_rope, block_rotation, frequencies, positions_for, measure_previous_token,
@@ -354,7 +354,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 # ---------------------------------------------------------------- the tiny model against torch's attention
 
-def torch_reference_forward(model: TinyModel, kind: str, ids: torch.Tensor) -> torch.Tensor:
+def torch_reference_forward(model: DecoderOnly, kind: str, ids: torch.Tensor) -> torch.Tensor:
     """The same model with torch's own F.scaled_dot_product_attention and independent encodings."""
     T = ids.shape[1]
     x = model.tokens(ids)
@@ -470,7 +470,7 @@ def test_odd_width_is_refused_by_name(call):
     (lambda: train_previous_token(tiny_model("none", max_len=8), train_length=9), ValueError,
      "T=9 is longer than max_len=8"),
     (lambda: tiny_model("relative"), ValueError, "kind must be one of"),
-    (lambda: train_previous_token(torch.nn.Linear(2, 2)), TypeError, "model must be a masks.TinyModel"),
+    (lambda: train_previous_token(torch.nn.Linear(2, 2)), TypeError, "model must be a model.DecoderOnly"),
     (lambda: train_previous_token(tiny_model("none"), seed=0.5), TypeError, "seed must be an int"),
     (lambda: train_previous_token(tiny_model("none"), steps=0), ValueError, "steps must be >= 1"),
     (lambda: train_previous_token(tiny_model("none"), lr="fast"), TypeError, "lr must be a number"),

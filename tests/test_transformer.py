@@ -9,15 +9,12 @@ import torch
 from torch import nn
 
 from course_lib.masks import OperationCounter, causal_mask, padding_mask
+from course_lib.model import DecoderOnly, ModelConfig, from_torch
+from course_lib.positional_encoding import SinusoidalPositionalEncoding
 from course_lib.transformer import (
     BOS,
     Block,
-    DecoderOnly,
     FeedForward,
-    Transformer,
-    TransformerConfig,
-    copy_block_from_torch,
-    copy_from_torch,
     depth_probe,
     exact_match,
     final_losses,
@@ -32,13 +29,17 @@ from course_lib.transformer import (
     time_one_pass_vs_steps,
     toy_batch,
     train_transformer,
+    transformer,
+    transformer_config,
 )
 
 D, H, FF = 16, 4, 24
 
 
-def config(**changes) -> TransformerConfig:
-    return TransformerConfig(**{"d_model": D, "n_heads": H, "d_ff": FF, **changes})
+def config(norm_first: bool = False, **changes) -> ModelConfig:
+    """Lesson 09's config at this file's sizes; norm_first as torch's layers say it."""
+    return transformer_config(**{"d_model": D, "n_heads": H, "d_ff": FF, "norm": "pre" if norm_first else "post",
+                                 **changes})
 
 
 def torch_layer(kind: str, norm_first: bool) -> nn.Module:
@@ -67,14 +68,14 @@ def test_encoder_block_equals_torch_encoder_layer_outputs_and_gradients(norm_fir
     theirs = torch_layer("encoder", norm_first)
     randomize(theirs, seed)
     mine = Block(config(norm_first=norm_first), cross=False).double()
-    copy_block_from_torch(mine, theirs)
+    from_torch(mine, theirs)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(3, 6, D, generator=gen, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(3, 6, D, generator=gen, dtype=torch.float64)
     lengths = torch.tensor([6, 4, 1])
     real = padding_mask(lengths, 6)  # (B, 1, S), True = real
     out_theirs = theirs(x, src_key_padding_mask=~real[:, 0])
-    out_mine = mine(x, real)
+    out_mine = mine(x, real[:, None])[0]  # (B, 1, 1, S): the same for every head
     keep = real[:, 0, :, None]  # torch's fast paths may leave padded rows as they like: compare real rows
     torch.testing.assert_close(out_mine * keep, out_theirs * keep, atol=1e-12, rtol=1e-12)
     g_theirs = torch.autograd.grad((out_theirs * keep * upstream).sum(), [x, *theirs.parameters()])
@@ -85,8 +86,8 @@ def test_encoder_block_equals_torch_encoder_layer_outputs_and_gradients(norm_fir
     by_name = dict(zip([n for n, _ in theirs.named_parameters()], g_theirs[1:]))
     mine_named = dict(zip([n for n, _ in mine.named_parameters()], g_mine[1:]))
     q, _, v = by_name["self_attn.in_proj_weight"].chunk(3)
-    torch.testing.assert_close(mine_named["self_attention.query.weight"], q, atol=1e-10, rtol=1e-10)
-    torch.testing.assert_close(mine_named["self_attention.value.weight"], v, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["attention.query.weight"], q, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["attention.value.weight"], v, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(mine_named["ffn.linear1.weight"], by_name["linear1.weight"], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(mine_named["norms.1.weight"], by_name["norm2.weight"], atol=1e-10, rtol=1e-10)
 
@@ -97,14 +98,14 @@ def test_decoder_block_equals_torch_decoder_layer_outputs_and_gradients(norm_fir
     theirs = torch_layer("decoder", norm_first)
     randomize(theirs, seed)
     mine = Block(config(norm_first=norm_first), cross=True).double()
-    copy_block_from_torch(mine, theirs)
+    from_torch(mine, theirs)
     gen = torch.Generator().manual_seed(10 + seed)
     y = torch.randn(2, 5, D, generator=gen, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(2, 7, D, generator=gen, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(2, 5, D, generator=gen, dtype=torch.float64)
     real = padding_mask([7, 3], 7)
     out_theirs = theirs(y, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~real[:, 0])
-    out_mine = mine(y, causal_mask(5), memory, real)
+    out_mine = mine(y, causal_mask(5), memory, real[:, None])[0]
     torch.testing.assert_close(out_mine, out_theirs, atol=1e-12, rtol=1e-12)
     g_theirs = torch.autograd.grad((out_theirs * upstream).sum(), [y, memory, *theirs.parameters()])
     g_mine = torch.autograd.grad((out_mine * upstream).sum(), [y, memory, *mine.parameters()])
@@ -119,8 +120,8 @@ def test_decoder_block_equals_torch_decoder_layer_outputs_and_gradients(norm_fir
 def test_model_core_equals_nn_transformer_outputs_and_gradients(norm_first):
     theirs = nn.Transformer(D, H, 2, 2, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     randomize(theirs, 3)
-    model = Transformer(config(n_encoder_layers=2, n_decoder_layers=2, norm_first=norm_first)).double()
-    copy_from_torch(model, theirs)
+    model = transformer(config(n_encoder_layers=2, n_decoder_layers=2, norm_first=norm_first)).double()
+    from_torch(model, theirs)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(3, 6, D, generator=gen, dtype=torch.float64, requires_grad=True)
     y = torch.randn(3, 4, D, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -128,7 +129,7 @@ def test_model_core_equals_nn_transformer_outputs_and_gradients(norm_first):
     real = padding_mask([6, 2, 5], 6)
     out_theirs = theirs(x, y, tgt_mask=~causal_mask(4), src_key_padding_mask=~real[:, 0],
                         memory_key_padding_mask=~real[:, 0])
-    out_mine = model.decode_vectors(y, model.encode_vectors(x, real), real)
+    out_mine = model.decode(y, model.encode(x, real[:, 0]), real[:, 0])[0]
     torch.testing.assert_close(out_mine, out_theirs, atol=1e-12, rtol=1e-12)
     core = [p for n, p in model.named_parameters() if n.split(".")[0] in ("encoder", "decoder", "encoder_norm",
                                                                           "decoder_norm")]
@@ -146,14 +147,15 @@ def test_decoder_only_block_is_torch_encoder_layer_with_a_causal_mask(norm_first
     theirs = torch_layer("encoder", norm_first)
     randomize(theirs, 5)
     mine = Block(config(norm_first=norm_first), cross=False).double()
-    copy_block_from_torch(mine, theirs)
+    from_torch(mine, theirs)
     x = torch.randn(2, 7, D, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
-    torch.testing.assert_close(mine(x, causal_mask(7)), theirs(x, src_mask=~causal_mask(7)), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(mine(x, causal_mask(7))[0], theirs(x, src_mask=~causal_mask(7)), atol=1e-12, rtol=1e-12)
 
 
 def test_decoder_only_model_is_causal_and_uses_the_same_block():
-    model = DecoderOnly(config(n_decoder_layers=2, vocab_size=9)).double()
-    assert all(type(b) is Block and b.cross_attention is None for b in model.blocks)
+    made = config(n_decoder_layers=2, vocab_size=9)
+    model = DecoderOnly(made, SinusoidalPositionalEncoding(made.max_len, D)).double()
+    assert all(type(b) is Block and b.cross_attention is None for b in model.layers)
     ids = torch.randint(9, (3, 8), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
     changed[:, 5:] = (changed[:, 5:] + 1) % 9
@@ -177,45 +179,45 @@ def test_block_without_residual_is_the_sublayers_chained(norm_first):
     x = torch.randn(2, 5, D, dtype=torch.float64)
     n1, n2 = block.norms
     if norm_first:
-        h = block.self_attention(n1(x))[0]
+        h = block.attention(n1(x))[0]
         expected = block.ffn(n2(h))
     else:
-        h = n1(block.self_attention(x)[0])
+        h = n1(block.attention(x)[0])
         expected = n2(block.ffn(h))
-    torch.testing.assert_close(block(x), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(block(x)[0], expected, atol=1e-12, rtol=0)
 
 
 # ---------------------------------------------------------------- the model: causality, padding, decoding
 
 def test_decoder_is_causal_and_padding_is_invisible():
-    model = Transformer(config(vocab_size=7)).double()
+    model = transformer(config(vocab_size=7)).double()
     gen = torch.Generator().manual_seed(1)
     src, tgt = torch.randint(7, (3, 6), generator=gen), torch.randint(7, (3, 5), generator=gen)
     base = model(src, tgt)
     later = tgt.clone()
     later[:, 3:] = (later[:, 3:] + 1) % 7
     torch.testing.assert_close(model(src, later)[:, :3], base[:, :3], atol=0, rtol=0)
-    lengths = torch.tensor([6, 4, 2])
+    real = padding_mask(torch.tensor([6, 4, 2]), 6)[:, 0]  # (B, S), True = real token
     padded = src.clone()
     padded[1, 4:], padded[2, 2:] = 5, 1  # change only the padding
-    torch.testing.assert_close(model(padded, tgt, lengths), model(src, tgt, lengths), atol=1e-14, rtol=0)
+    torch.testing.assert_close(model(padded, tgt, real), model(src, tgt, real), atol=1e-14, rtol=0)
     assert (model(padded, tgt) - model(src, tgt)).abs().max() > 1e-3  # without the mask it shows
 
 
 def test_greedy_decoding_equals_the_parallel_pass_on_its_own_prefix():
-    model = Transformer(config(vocab_size=11)).double()
+    model = transformer(config(vocab_size=11)).double()
     src = torch.randint(1, 11, (5, 8), generator=torch.Generator().manual_seed(2))
     decoded = greedy_decode(model, src, 8)
-    assert decoded.tokens.shape == (5, 8) and decoded.cross_weights.shape == (5, 8, H, 8)
+    assert decoded.tokens.shape == (5, 8) and decoded.cross_weights.shape == (5, H, 8, 8)  # (B, H, T, S)
     torch.testing.assert_close(decoded.tokens, decoded.logits.argmax(-1), atol=0, rtol=0)
     tgt_in = torch.cat([torch.full((5, 1), BOS), decoded.tokens[:, :-1]], 1)
     torch.testing.assert_close(model(src, tgt_in), decoded.logits, atol=1e-12, rtol=0)
-    torch.testing.assert_close(decoded.cross_weights.sum(-1), torch.ones(5, 8, H, dtype=torch.float64))
+    torch.testing.assert_close(decoded.cross_weights.sum(-1), torch.ones(5, H, 8, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_cached_decoding_equals_recomputing_every_prefix(norm_first):
-    model = Transformer(config(vocab_size=11, n_encoder_layers=2, n_decoder_layers=3,
+    model = transformer(config(vocab_size=11, n_encoder_layers=2, n_decoder_layers=3,
                                norm_first=norm_first)).double()
     for part in (model.encoder, model.decoder):  # biases and norms not at their initial values,
         randomize(part, 8)  # so a lost one shows
@@ -230,25 +232,42 @@ def test_cached_decoding_equals_recomputing_every_prefix(norm_first):
     assert torch.equal(greedy_decode(hand, src, 8, cache=True).tokens, src.flip(-1))
 
 
-def test_decode_cached_takes_the_target_in_pieces():
-    model = Transformer(config(vocab_size=11, n_decoder_layers=2)).double()
+def test_decode_with_a_cache_takes_the_target_in_pieces():
+    model = transformer(config(vocab_size=11, n_decoder_layers=2)).double()
     gen = torch.Generator().manual_seed(9)
     src = torch.randint(1, 11, (3, 6), generator=gen)
     tgt = torch.randint(0, 11, (3, 9), generator=gen)
-    memory, mask = model.encode(src, torch.tensor([6, 4, 2]))
-    caches = [{} for _ in model.decoder]
+    real = padding_mask(torch.tensor([6, 4, 2]), 6)[:, 0]
+    memory = model.encode(model.embed(src), real)
+    caches = [({}, {}) for _ in model.decoder]
     with torch.no_grad():
-        pieces = [model.decode_cached(tgt[:, a:b], memory, mask, caches)
+        pieces = [model.decode(model.embed(tgt[:, a:b], a), memory, real, caches)[0]
                   for a, b in ((0, 4), (4, 5), (5, 9))]
-        whole = model.decode(tgt, memory, mask)
+        whole = model.decode(model.embed(tgt), memory, real)[0]
     torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-12, rtol=0)
-    assert caches[0]["self"][0].shape[-2] == 9  # every position's key kept once
-    with pytest.raises(ValueError, match="one dict per decoder block"):
-        model.decode_cached(tgt[:, :1], memory, mask, [{}])
+    assert caches[0][0]["k"].shape[-2] == 9 and caches[0][1]["k"].shape[-2] == 6  # every key kept once
+
+
+def test_greedy_decoding_reads_a_padded_source_as_the_unpadded_one():
+    """A source padded at the end, with its padding passed, decodes as the same source unpadded:
+    the same tokens, logits and cross-attention on the real positions, none on the padding."""
+    model = transformer(config(vocab_size=11, n_decoder_layers=2)).double()
+    randomize(model.decoder, 2)
+    gen = torch.Generator().manual_seed(12)
+    src = torch.randint(1, 11, (1, 5), generator=gen)
+    padded = torch.cat([src, torch.randint(1, 11, (1, 3), generator=gen)], 1)  # 3 padding tokens
+    real = torch.tensor([[True] * 5 + [False] * 3])
+    for cache in (False, True):
+        alone, with_padding = greedy_decode(model, src, 6, cache), greedy_decode(model, padded, 6, cache, real)
+        assert torch.equal(alone.tokens, with_padding.tokens)
+        torch.testing.assert_close(with_padding.logits, alone.logits, atol=1e-12, rtol=0)
+        torch.testing.assert_close(with_padding.cross_weights[..., :5], alone.cross_weights, atol=1e-12, rtol=0)
+        assert (with_padding.cross_weights[..., 5:] == 0).all()
+    assert not torch.equal(greedy_decode(model, padded, 6).logits, alone.logits)  # unmasked, the padding is read
 
 
 def test_lesson_02s_counter_counts_the_transformers_multiply_adds_and_the_cache_saves_some():
-    model = Transformer(config(vocab_size=11)).double()
+    model = transformer(config(vocab_size=11)).double()
     src = torch.randint(1, 11, (2, 5), generator=torch.Generator().manual_seed(0))
     tgt = torch.zeros(2, 3, dtype=torch.long)
     # linear layers: encoder block, 4 projections (D x D) and the FFN (2 D FF) on 2 x 5 rows;
@@ -282,7 +301,7 @@ def test_rank_one_residual_is_zero_only_for_one_repeated_row():
 
 def test_depth_probe_sees_the_collapse_only_without_residuals():
     def probe(layers, residual):
-        made = TransformerConfig(vocab_size=11, n_encoder_layers=layers, n_decoder_layers=layers,
+        made = transformer_config(vocab_size=11, n_encoder_layers=layers, n_decoder_layers=layers,
                                  residual=residual, seed=3)
         return depth_probe(made, seed=3)
     kept, lost = probe(2, True), probe(2, False)
@@ -340,7 +359,7 @@ def test_exact_match_counts_whole_rows():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_lessons_recipe_reaches_99_percent_on_held_out_reversal_from_every_seed(seed):
-    config = TransformerConfig(vocab_size=11, d_model=32, n_heads=4, d_ff=64, seed=seed)
+    config = transformer_config(vocab_size=11, d_model=32, n_heads=4, d_ff=64, seed=seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the lesson
     try:
@@ -356,8 +375,8 @@ def test_the_lessons_recipe_reaches_99_percent_on_held_out_reversal_from_every_s
 
 @pytest.mark.parametrize("d_model,d_ff", [(16, 64), (32, 48)])
 def test_parameter_counts_match_the_closed_form(d_model, d_ff):
-    model = Transformer(TransformerConfig(d_model=d_model, n_heads=4, d_ff=d_ff, n_encoder_layers=2,
-                                          n_decoder_layers=3, vocab_size=10))
+    model = transformer(transformer_config(d_model=d_model, n_heads=4, d_ff=d_ff, n_encoder_layers=2,
+                                           n_decoder_layers=3, vocab_size=10))
     counts = parameter_counts(model)
     attention = 4 * d_model * d_model + 4 * d_model  # four D x D projections and their biases
     ffn = 2 * d_model * d_ff + d_ff + d_model
@@ -381,38 +400,38 @@ def test_timings_have_the_promised_shape():
     ({"d_model": 18, "n_heads": 4}, "config.n_heads"),
     ({"d_model": 15, "n_heads": 5}, "even"),
     ({"vocab_size": 1}, "config.vocab_size"),
-    ({"norm_first": "yes"}, "config.norm_first"),
+    ({"norm": "yes"}, "config.norm"),
     ({"n_encoder_layers": -1}, "config.n_encoder_layers"),
     ({"eps": -1.0}, "config.eps"),
 ])
 def test_bad_config_is_refused_by_name(changes, message):
     with pytest.raises((TypeError, ValueError), match=message):
-        TransformerConfig(**changes)
+        transformer_config(**changes)
 
 
 def test_bad_input_is_refused_by_name():
-    model = Transformer(config(vocab_size=7, max_len=6))
+    model = transformer(config(vocab_size=7, max_len=6))
     ok = torch.zeros(2, 4, dtype=torch.long)
-    with pytest.raises(ValueError, match="ids must be token ids in 0..6"):
+    with pytest.raises(ValueError, match="src must be token ids in 0..6"):
         model(ok + 7, ok)
     with pytest.raises(ValueError, match="longer than max_len=6"):
         model(torch.zeros(2, 7, dtype=torch.long), ok)
-    with pytest.raises(TypeError, match="ids must hold integers"):
+    with pytest.raises(TypeError, match="src must hold integers"):
         model(ok.double(), ok)
-    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
-        Transformer({"d_model": 16})
+    with pytest.raises(TypeError, match="config must be a ModelConfig"):
+        transformer({"d_model": 16})
     with pytest.raises(ValueError, match="task must be one of"):
         toy_batch("copy", 4, 4, 5, torch.Generator())
     with pytest.raises(ValueError, match="n_symbols must be >= 2"):
         toy_batch("sort", 4, 4, 1, torch.Generator())
     with pytest.raises(ValueError, match="differ in shape"):
         exact_match(ok, ok[:, :3])
-    with pytest.raises(TypeError, match="model must be a Transformer"):
+    with pytest.raises(TypeError, match="model must be an EncoderDecoder"):
         greedy_decode(nn.Linear(2, 2), ok, 3)
     with pytest.raises(ValueError, match="memory must be given"):
         Block(config(), cross=True)(torch.zeros(1, 3, D))
     with pytest.raises(ValueError, match="cross=True"):
-        copy_block_from_torch(Block(config(), cross=False).double(), torch_layer("decoder", False))
+        from_torch(Block(config(), cross=False).double(), torch_layer("decoder", False))
 
 
 # ---------------------------------------------------------------- the exercise set's known-wrong answers

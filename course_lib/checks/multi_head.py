@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import attention_scores
 from ..attention_scores import scaled_dot_product_attention
-from ..multi_head import MultiHeadAttention, attend_heads, merge_heads, qk_matrix, split_heads, without_heads
+from ..attention_scores import Attention
+from ..multi_head import merge_heads, qk_matrix, split_heads, without_heads
 from . import call, compare, earlier_answers, exercise_check, passed
 from .bug_hints import name_shape_bug
 from .hand_in import ATTENTION_OPS, Case, Exercise
@@ -62,16 +64,20 @@ def check_split_into_heads(split_into_heads: Callable) -> None:
 
 def reference_multi_head_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int,
                                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    return attend_heads(q, k, v, n_heads, mask)
+    """The exercise's answer: split, attend in every head (a (B, T, S) mask reaches each), merge."""
+    head_mask = mask[:, None] if mask is not None and mask.dim() == 3 else mask  # (B, 1, T, S) or (T, S)
+    out, weights = scaled_dot_product_attention(split_heads(q, n_heads), split_heads(k, n_heads),
+                                                split_heads(v, n_heads), head_mask)
+    return merge_heads(out), weights
 
 
 def _wrong_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | None,
                   full_scale: bool = False, flat_merge: bool = False, unscaled: bool = False) -> tuple[Tensor, Tensor]:
     """Known mistakes: the scale of the full width, no scale, or merging the heads without swapping axes back."""
     B, T, D = q.shape
-    scale = (D ** -0.5) / ((D // n_heads) ** -0.5) if full_scale else 1.0  # attend_heads divides by sqrt(d_head)
+    scale = (D ** -0.5) / ((D // n_heads) ** -0.5) if full_scale else 1.0  # the reference divides by sqrt(d_head)
     scale = (D // n_heads) ** 0.5 if unscaled else scale
-    out, weights = attend_heads(q * scale, k, v, n_heads, mask)
+    out, weights = reference_multi_head_attend(q * scale, k, v, n_heads, mask)
     if flat_merge:  # the heads' outputs (B, H, T, d_head) flattened without swapping H and T back
         out = split_heads(out, n_heads).reshape(B, T, D)
     return out, weights
@@ -122,9 +128,9 @@ def reference_qk_form(w_q: Tensor, w_k: Tensor, head: int, n_heads: int) -> Tens
     return qk_matrix(layer, head)
 
 
-def _layer_with(d_model: int, n_heads: int, **weights: Tensor) -> MultiHeadAttention:
-    """A MultiHeadAttention (float64, no biases) holding the given projection weights."""
-    layer = MultiHeadAttention(d_model, n_heads).double()
+def _layer_with(d_model: int, n_heads: int, **weights: Tensor) -> Attention:
+    """An Attention layer with n_heads heads (float64, no biases) holding the given projection weights."""
+    layer = Attention(d_model, n_heads=n_heads).double()
     with torch.no_grad():
         for name, w in weights.items():
             getattr(layer, name).weight.copy_(w)
@@ -207,7 +213,7 @@ def _torch_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | N
     split = lambda x: x.reshape(B, -1, n_heads, D // n_heads).transpose(1, 2)  # (B, H, T|S, d_head)
     head_mask = None if mask is None else (mask[:, None] if mask.dim() == 3 else mask)  # the same for every head
     out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=head_mask)
-    return out.transpose(1, 2).reshape(B, T, D), attend_heads(q, k, v, n_heads, mask)[1]
+    return out.transpose(1, 2).reshape(B, T, D), reference_multi_head_attend(q, k, v, n_heads, mask)[1]
 
 
 def _multi_head_cases(gen: torch.Generator) -> list[Case]:
@@ -249,10 +255,11 @@ def _silence_cases(gen: torch.Generator) -> list[Case]:
 EXERCISES = {spec.name: spec for spec in [
     # A split only moves numbers: compared exactly.
     Exercise("split_into_heads", _split_cases, atol=0.0, rtol=0.0,
-             forbidden_names=("split_heads", "attend_heads"), forbidden_objects=(split_heads, attend_heads)),
+             forbidden_names=("split_heads",), forbidden_objects=(split_heads, attention_scores.split_heads)),
     Exercise("multi_head_attend", _multi_head_cases, forbidden_ops=ATTENTION_OPS,
-             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention", "attend_heads", "merge_heads"),
-             forbidden_objects=(scaled_dot_product_attention, attend_heads, merge_heads, MultiHeadAttention),
+             forbidden_names=("scaled_dot_product_attention", "MultiheadAttention", "merge_heads"),
+             forbidden_objects=(scaled_dot_product_attention, reference_multi_head_attend, merge_heads,
+                                attention_scores.merge_heads, Attention),
              uses={"split_into_heads": split_heads}),
     Exercise("qk_form", _qk_form_cases, atol=1e-9, rtol=1e-5,
              forbidden_names=("qk_matrix", "reference_qk_form"), forbidden_objects=(qk_matrix, reference_qk_form)),

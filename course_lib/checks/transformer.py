@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from ..normalization import LayerNorm
-from ..transformer import BOS, Block, FeedForward, Transformer, TransformerConfig, exact_match, greedy_decode
+from ..model import EncoderDecoder
+from ..transformer import BOS, Block, FeedForward, exact_match, greedy_decode, transformer, transformer_config
 from . import call, compare, exercise_check, passed
 from .bug_hints import call_naming, name_shape_bug
 from .hand_in import Case, Exercise
@@ -227,7 +228,7 @@ def _sublayer_cases(gen: torch.Generator) -> list[Case]:
     return cases
 
 
-def _decoding_model(gen: torch.Generator, src_shape: tuple[int, int], steps: int) -> tuple[Transformer, Tensor]:
+def _decoding_model(gen: torch.Generator, src_shape: tuple[int, int], steps: int) -> tuple[EncoderDecoder, Tensor]:
     """An untrained Transformer (initial weights from a seed drawn from `gen`) and a source batch.
 
     An untrained model's greedy answer is often one token repeated (about one model in eight):
@@ -236,7 +237,7 @@ def _decoding_model(gen: torch.Generator, src_shape: tuple[int, int], steps: int
     """
     for _ in range(100):
         seed = int(torch.randint(2 ** 31, (), generator=gen))
-        model = Transformer(TransformerConfig(vocab_size=7, d_model=16, n_heads=2, d_ff=16, seed=seed))
+        model = transformer(transformer_config(vocab_size=7, d_model=16, n_heads=2, d_ff=16, seed=seed))
         src = torch.randint(1, 7, src_shape, generator=gen)
         tokens = greedy_decode(model.requires_grad_(False), src, steps).tokens
         if (tokens != tokens[:, :1]).any():
@@ -248,8 +249,8 @@ def _greedy_cases(gen: torch.Generator) -> list[Case]:
     cases = []
     for batch, length, steps in [(4, 6, 6), (3, 6, 4), (5, 8, 9)]:
         model, src = _decoding_model(gen, (batch, length), steps)
-        memory, _ = model.encode(src)  # (B, S, D): the decoder reads it at every step
-        decoder = lambda prefix, model=model, memory=memory: model.decode(prefix, memory)
+        memory = model.encode(model.embed(src))  # (B, S, D): the decoder reads it at every step
+        decoder = lambda prefix, model=model, memory=memory: model.readout(model.decode(model.embed(prefix), memory)[0])
         cases.append(Case(f"an untrained Transformer, {batch} sources of length {length}, {steps} steps",
                           lambda model=model, src=src, steps=steps: greedy_decode(model, src, steps).tokens,
                           (decoder, torch.full((batch, 1), BOS), steps)))

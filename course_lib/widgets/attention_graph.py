@@ -16,7 +16,7 @@ from ..attention_graph import (RETRIEVAL_TRIALS, attention_rollout, hopfield_run
                                noisy_queries, random_patterns, retrieved, token_ablation,
                                with_residual)
 from ..copy import hand_set_induction_model
-from ..masks import TinyModel
+from ..model import DecoderOnly
 from ..plots import _svg_open, svg_bars, svg_curve
 from . import LiveView, row
 
@@ -26,7 +26,7 @@ THRESHOLDS = [round(0.05 * i, 2) for i in range(19)]  # 0 .. 0.9
 RESIDUALS = [("0 (attention only)", 0.0), ("0.5 (Abnar & Zuidema)", 0.5)]  # (label, share)
 
 
-def induction_model() -> tuple[TinyModel, Tensor, list[str]]:
+def induction_model() -> tuple[DecoderOnly, Tensor, list[str]]:
     """Lesson 06's hand-set induction model, SEQUENCE as ids (1, T), and its token labels."""
     model = hand_set_induction_model(torch.eye(len(NAMES), dtype=torch.float64), len(SEQUENCE))
     return model, torch.tensor([SEQUENCE]), [NAMES[t] for t in SEQUENCE]

@@ -8,13 +8,13 @@ from typing import Sequence
 import torch
 
 from ..logic_rules import RELATIONS, TOKEN, VOCAB, encode, rule_targets, strictly_right
-from ..masks import TinyModel
+from ..model import DecoderOnly
 from ..plots import svg_heatmap
 from . import LiveView, row
 
 
-def sentence_widget(models: dict[str, TinyModel], sentences: Sequence[Sequence[str]]) -> LiveView:
-    """Controls: a sentence X r1 r2 Y, a model (name -> TinyModel) and one of its layers.
+def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence[str]]) -> LiveView:
+    """Controls: a sentence X r1 r2 Y, a model (name -> DecoderOnly) and one of its layers.
 
     Shows that layer's attention (query rows, key columns), the model's output at each slot
     against the rule table's, and the three most likely relations at r1's slot. Everything is
@@ -23,8 +23,8 @@ def sentence_widget(models: dict[str, TinyModel], sentences: Sequence[Sequence[s
     import ipywidgets as widgets
 
     if (not isinstance(models, dict) or not models
-            or not all(isinstance(m, TinyModel) for m in models.values())):
-        raise TypeError("models must be a non-empty dict of name -> TinyModel")
+            or not all(isinstance(m, DecoderOnly) for m in models.values())):
+        raise TypeError("models must be a non-empty dict of name -> DecoderOnly")
     if not sentences:
         raise ValueError("sentences must hold at least one sentence X r1 r2 Y")
     labels = [" ".join(s) for s in sentences]

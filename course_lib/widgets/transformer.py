@@ -6,11 +6,12 @@ import numpy as np
 import torch
 
 from ..plots import svg_heatmap
-from ..transformer import Transformer, greedy_decode, toy_batch
+from ..model import EncoderDecoder
+from ..transformer import greedy_decode, toy_batch
 from . import LiveView, row
 
 
-def decoding_widget(model: Transformer, task: str, length: int = 8, n_examples: int = 8,
+def decoding_widget(model: EncoderDecoder, task: str, length: int = 8, n_examples: int = 8,
                     seed: int = 5) -> LiveView:
     """Pick a held-out input, a decoding step and a head: the output written so far, and each
     step's cross-attention over the source (rows: steps, columns: source positions).
@@ -19,20 +20,20 @@ def decoding_widget(model: Transformer, task: str, length: int = 8, n_examples: 
     """
     import ipywidgets as widgets
 
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
     batch = toy_batch(task, n_examples, length, model.config.vocab_size - 1,
                       torch.Generator().manual_seed(seed), held_out=True)
     decoded = greedy_decode(model, batch.src, length)
     sources, answers = batch.src.numpy(), batch.tgt_out.numpy()
     tokens = decoded.tokens.numpy()  # (n, T)
     chosen = torch.softmax(decoded.logits, -1).max(-1).values.numpy()  # (n, T): probability of each choice
-    cross = decoded.cross_weights.numpy()  # (n, T, H, S)
-    n_heads = cross.shape[2]
+    cross = decoded.cross_weights.numpy()  # (n, H, T, S)
+    n_heads = cross.shape[1]
 
     def render(example: int, step: int, head: str) -> str:
         t = step - 1
-        weights = cross[example].mean(1) if head == "mean" else cross[example, :, int(head)]  # (T, S)
+        weights = cross[example].mean(0) if head == "mean" else cross[example, int(head)]  # (T, S)
         written = " ".join(
             (f"<b>{tokens[example, i]}</b>" if tokens[example, i] == answers[example, i]
              else f"<b style='color:#c00'>{tokens[example, i]}</b>") if i == t else str(tokens[example, i])
