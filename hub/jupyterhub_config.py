@@ -14,9 +14,13 @@ class.json or from these environment variables:
   TR_HUB_SSL_CERT, TR_HUB_SSL_KEY  TLS for the public port (or put the hub behind a TLS proxy)
 
 Authentication, one of two:
-  - real (default): NativeAuthenticator. Each student signs up once at /hub/signup with the id of
-    the roster and a password of their own (hashed in the hub's database); only roster ids can
-    log in. The unix accounts have no password at all, so nobody can log into the machine with one.
+  - real (default): PAM, the unix password of each user `hub.py setup` made. Setup gives each a
+    first password of its own, listed in <state>/hub/first-passwords.csv (root only) for the
+    instructor to hand out; a user changes it with `passwd` in a JupyterLab terminal. Only the
+    roster's students and the instructors can log in, whatever other accounts the machine has.
+    (NativeAuthenticator 1.3.0, where students pick their own password at sign-up, fails every
+    login on JupyterHub 6.1.1: its login handler uses `self.statsd`, which JupyterHub 6 removed.
+    PAM gives nothing more away: a student with a JupyterLab terminal has a shell already.)
   - test mode, for the tests only: TR_HUB_TEST_PASSWORD (students, at least 8 characters) and
     TR_HUB_TEST_ADMIN_PASSWORD (instructors, at least 32) select JupyterHub's shared-password
     authenticator. It refuses to start unless TR_HUB_IP is 127.0.0.1: anyone who knows the
@@ -68,14 +72,7 @@ if test_password:
     c.SharedPasswordAuthenticator.user_password = test_password
     c.SharedPasswordAuthenticator.admin_password = os.environ["TR_HUB_TEST_ADMIN_PASSWORD"]
 else:
-    c.JupyterHub.authenticator_class = "native"
-    # Roster ids are authorized when they sign up (allowed_users above); any other name that
-    # signs up waits for an instructor's approval at /hub/authorize and still cannot log in.
-    c.NativeAuthenticator.open_signup = False
-    c.NativeAuthenticator.minimum_password_length = 10
-    c.NativeAuthenticator.check_common_password = True
-    c.NativeAuthenticator.allowed_failed_logins = 5  # then a pause of seconds_before_next_try
-    c.NativeAuthenticator.seconds_before_next_try = 120
+    c.JupyterHub.authenticator_class = "pam"  # checks the password and that the account is valid
 
 # --- nbgrader's groups: "formgrade-<course>" for who grades, "nbgrader-<course>" for students
 # (the names nbgrader's JupyterHubAuthPlugin reads, should the class grow to several graders).

@@ -9,7 +9,8 @@ Usage, as root (it creates unix users and starts servers as them):
 setup makes:
   - one unprivileged unix user per roster student and per instructor, named by their id (no
     prefix; ids must match ID_PATTERN; an id that is already a user of the machine is refused),
-    with a home folder only they can enter and no password (they log in through the hub only);
+    with a home folder only they can enter and a first password of its own, listed for the
+    instructor in <state>/hub/first-passwords.csv (root only); the hub checks it through PAM;
   - the nbgrader exchange, <state>/exchange: the root 1777 (what nbgrader 0.9 sets, plus the
     sticky bit so no one removes what another made), the course's folder in it owned by the
     grader (the first instructor) with nbgrader's own modes: outbound 0755, inbound 2733
@@ -35,12 +36,14 @@ From Python (the tests): setup(...), launch(...) -> the running hub, stop(hub), 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import grp
 import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -117,7 +120,7 @@ def require_root(what: str) -> None:
 
 
 def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
-    """A command that must succeed; its output is shown only when it fails."""
+    """A command that must succeed; its output is shown only when it fails (never its input)."""
     done = subprocess.run(command, capture_output=True, text=True, **kwargs)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
@@ -155,12 +158,16 @@ def chown_tree(path: Path, user: str) -> None:
             os.chown(os.path.join(folder, name), entry.pw_uid, entry.pw_gid)
 
 
-def create_user(member: Member, homes: Path) -> None:
+def create_user(member: Member, homes: Path) -> str:
+    """A unix user with a home only they can enter; returns their first password."""
     home = homes / member.id
-    # No password (locked): the hub is the only way in. bash, so that JupyterLab's terminal works.
+    # bash, so that JupyterLab's terminal works (and `passwd` changes the password).
     run("useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash", "--user-group",
         "--comment", member.name.replace(":", " "), member.id)
     home.chmod(0o700)
+    password = secrets.token_urlsafe(12)  # 16 characters, 96 random bits
+    run("chpasswd", input=f"{member.id}:{password}\n")
+    return password
 
 
 def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
@@ -262,11 +269,15 @@ def setup(roster: Path, instructors: list[str], state: Path = DEFAULT_STATE, hom
             "created_users": [], "exchange": str(state / "exchange")}
     save_class(state, data)
     (state / "hub").mkdir(mode=0o700)
-    for member in students + staff:
-        create_user(member, homes)
-        data["created_users"].append(member.id)
-        save_class(state, data)  # teardown removes what was made, even if a later step fails
-        seed_lab_settings(member, homes / member.id, student=member in students)
+    passwords = state / "hub" / "first-passwords.csv"
+    with open(os.open(passwords, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "name", "first_password"])
+        for member in students + staff:
+            writer.writerow([member.id, member.name, create_user(member, homes)])
+            data["created_users"].append(member.id)
+            save_class(state, data)  # teardown removes what was made, even if a later step fails
+            seed_lab_settings(member, homes / member.id, student=member in students)
     make_exchange(state, staff[0].id)
     write_owned(state / "etc" / "jupyter" / "nbgrader_config.py",
                 "c = get_config()  # noqa: F821\n"
@@ -406,6 +417,7 @@ class RunningHub:
     process: subprocess.Popen
     url: str  # the public address, e.g. http://127.0.0.1:8000
     log: Path
+    state: Path
 
 
 def launch(state: Path, port: int, api_port: int, proxy_api_port: int, log: Path, ip: str = "127.0.0.1",
@@ -417,7 +429,7 @@ def launch(state: Path, port: int, api_port: int, proxy_api_port: int, log: Path
         process = subprocess.Popen([sys.executable, __file__, "start", "--state", str(state)], stdout=out,
                                    stderr=subprocess.STDOUT, env=os.environ | settings | (env or {}),
                                    start_new_session=True)
-    hub = RunningHub(process, f"http://{ip}:{port}", log)
+    hub = RunningHub(process, f"http://{ip}:{port}", log, state)
     deadline = time.time() + timeout
     while True:
         if process.poll() is not None:
@@ -438,9 +450,11 @@ def stop(hub: RunningHub, timeout: float = 30) -> None:
         os.killpg(hub.process.pid, signal.SIGTERM)
         try:
             hub.process.wait(timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # stuck: killed, with the proxy it started in a session of its own
             os.killpg(hub.process.pid, signal.SIGKILL)
             hub.process.wait()
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((hub.state / "hub" / "proxy.pid").read_text()), signal.SIGTERM)
 
 
 # --- teardown
@@ -495,7 +509,8 @@ def main() -> None:
         data = setup(args.roster, args.instructor, state, args.homes.resolve(),
                      [s for s in args.sets.split(",") if s])
         print(f"class {data['course_id']}: {len(data['students'])} students, instructors "
-              f"{', '.join(i['id'] for i in data['instructors'])}; course folder {data['course']}; state {state}")
+              f"{', '.join(i['id'] for i in data['instructors'])}; course folder {data['course']}; state {state}\n"
+              f"first passwords, to hand out: {state / 'hub' / 'first-passwords.csv'} (root only)")
     elif args.command == "start":
         start(state)
     elif args.command == "serve":

@@ -57,8 +57,12 @@ INSTRUCTOR_PASSWORD = "instructors-test-password-of-32-characters-or-more"
 class Class:
     state: Path
     data: dict
-    url: str
+    running: hub.RunningHub
     seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.running.url
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +78,7 @@ def hub_class():
     state.chmod(0o755)  # the students' homes are in it
     roster = state / "roster.csv"
     roster.write_text("student_id,name\n" + "".join(f"{s},Test {s.split('-')[1].title()}\n" for s in STUDENTS))
-    running = None
+    the_class = None
     started = time.perf_counter()
     try:
         data = hub.setup(roster, [INSTRUCTOR], state, state / "home", sets=[SET01])
@@ -82,13 +86,14 @@ def hub_class():
         running = hub.launch(state, free_port(), free_port(), free_port(), state / "hub.log",
                              env={"TR_HUB_TEST_PASSWORD": STUDENT_PASSWORD,
                                   "TR_HUB_TEST_ADMIN_PASSWORD": INSTRUCTOR_PASSWORD})
-        yield Class(state, data, running.url, {"setup": setup_seconds,
-                                               "start": time.perf_counter() - started - setup_seconds})
+        the_class = Class(state, data, running, {"setup": setup_seconds,
+                                                 "start": time.perf_counter() - started - setup_seconds})
+        yield the_class
     finally:
-        if running is not None:
-            hub.stop(running)
+        if the_class is not None:  # the hub running now (a test may have restarted it)
+            hub.stop(the_class.running)
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            shutil.copy(state / "hub.log", ARTIFACTS / "hub.log")
+            shutil.copy(the_class.running.log, ARTIFACTS / "hub.log")
         hub.teardown(state)
         shutil.rmtree(state, ignore_errors=True)
 
@@ -389,7 +394,11 @@ def browser_free_request(page):
     return page.context.browser.new_context().request
 
 
-def test_the_cycle_screenshots_exist(cycle):
+def test_the_cycle_screenshots_exist_and_its_time_is_printed(hub_class, cycle, capsys):
+    with capsys.disabled():
+        print(f"\nhub cycle (release, 3 students fetch, answer and submit, collect, grade, feedback): "
+              f"{cycle.seconds:.0f} s; setup {hub_class.seconds['setup']:.0f} s, start {hub_class.seconds['start']:.0f} s;"
+              f" scores seen in feedback {cycle.seen_scores}")
     for name in ("formgrader-released.png", "student-assignments-fetched.png", "student-assignments-submitted.png",
                  "formgrader-feedback-released.png", "student-feedback-fetched.png", "feedback-trhub-right.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000, name
@@ -416,3 +425,36 @@ def test_a_bad_roster_row_is_named(tmp_path):
     roster.write_text("student_id,name\nada,Ada Lovelace\nada,Ada Again\n")
     with pytest.raises(SystemExit, match="line 3: student id 'ada' is listed twice"):
         hub.read_roster(roster)
+
+
+def test_real_authentication_takes_each_users_own_password_and_only_the_class(hub_class, cycle, browser):
+    """The same class with the deployment's authenticator (PAM): a student logs in with the first
+    password setup gave them, not with another's nor the test password; a user of the machine
+    who is not in the class cannot log in. (Last in this file: it replaces the test-mode hub.)"""
+    import csv
+
+    with open(hub_class.state / "hub" / "first-passwords.csv") as handle:
+        passwords = {row["id"]: row["first_password"] for row in csv.DictReader(handle)}
+    assert set(passwords) == set(STUDENTS) | {INSTRUCTOR} and len(set(passwords.values())) == len(passwords)
+    outsider = "trhub-outsider"  # a user of the machine with a password, but not in the class
+    subprocess.run(["useradd", "--no-create-home", outsider], check=True)
+    try:
+        subprocess.run(["chpasswd"], input=f"{outsider}:{passwords['trhub-right']}\n", text=True, check=True)
+        hub.stop(hub_class.running)
+        hub_class.running = hub.launch(hub_class.state, free_port(), free_port(), free_port(),
+                                       hub_class.state / "hub-pam.log")
+        for name, password, allowed in [("trhub-right", passwords["trhub-right"], True),
+                                        ("trhub-right", passwords["trhub-wrong"], False),
+                                        ("trhub-right", STUDENT_PASSWORD, False),
+                                        (outsider, passwords["trhub-right"], False)]:
+            page = browser.new_context().new_page()
+            page.goto(f"{hub_class.url}/hub/login")
+            page.fill("input[name=username]", name)
+            page.fill("input[name=password]", password)
+            page.click("#login_submit")
+            page.wait_for_load_state()
+            logged_in = f"/user/{name}/" in page.url or f"/hub/spawn-pending/{name}" in page.url
+            assert logged_in == allowed, (name, page.url, page.locator("body").inner_text()[:300])
+            page.context.close()
+    finally:
+        subprocess.run(["userdel", outsider], check=True)
