@@ -444,8 +444,9 @@ def launch(state: Path, port: int, api_port: int, proxy_api_port: int, log: Path
             time.sleep(0.5)
 
 
-def stop(hub: RunningHub, timeout: float = 30) -> None:
-    """Stop the hub: it stops its proxy and every user's server first."""
+def stop(hub: RunningHub, timeout: float = 90) -> None:
+    """Stop the hub: it stops every user's server, its idle culler (about 30 s: the culler
+    outlives the first signals the hub sends it) and its proxy first."""
     if hub.process.poll() is None:
         os.killpg(hub.process.pid, signal.SIGTERM)
         try:
