@@ -86,7 +86,7 @@ class Member:
 
 def read_roster(path: Path) -> list[Member]:
     """The students of a roster CSV with columns student_id,name; a bad row stops with its line."""
-    with open(path, newline="") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # utf-8-sig: a spreadsheet's export
         rows = list(csv.reader(handle))
     if not rows or [c.strip() for c in rows[0][:2]] != ["student_id", "name"]:
         raise SystemExit(f"{path}: the first line must be the header 'student_id,name'")
@@ -139,7 +139,7 @@ def load_class(state: Path) -> dict:
 
 def save_class(state: Path, data: dict) -> None:
     class_file(state).write_text(json.dumps(data, indent=1))
-    class_file(state).chmod(0o644)  # every server reads nothing here, but the hub's config does
+    class_file(state).chmod(0o600)  # the roster's names: read by the hub's config (root) only
 
 
 def write_owned(path: Path, text: str, user: str, mode: int = 0o644) -> None:
