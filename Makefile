@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --no-deps --retries 2 \
 		--index-url $(TORCH_INDEX) '$(TORCH)' || { echo "$(NO_TORCH)" >&2; exit 1; })
-	$(BIN)/python -m pip install --quiet -e '.[dev,hub]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@# A lesson the learner saves keeps its widgets' state, so on reopening each widget still
 	@# shows its last view instead of "Error displaying widget: model not found".
 	@mkdir -p $(VENV)/share/jupyter/lab/settings
