@@ -356,6 +356,8 @@ def test_a_student_cannot_read_another_submission_the_course_the_gradebook_or_so
         checks = {
             "list the submissions in inbound": f"ls {inbound}",
             "read another's submission": f"cat {inbound}/{other}+{SET01}+*/{SET01}.ipynb",
+            "list the released feedback": f"ls {inbound.parent / 'feedback'}",
+            "change the released set": f"touch {inbound.parent / 'outbound' / SET01 / SET01}.ipynb",
             "enter the instructor's course": f"ls {course}",
             "read the gradebook": f"cat {course}/gradebook.db",
             "read the instructor's source": f"cat {course}/solutions/{SET01}/{SET01}.ipynb",
