@@ -19,7 +19,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test grade bench notebooks exercises system release clean
+.PHONY: setup lab test grade bench notebooks exercises system release clean hub hub-proxy
 
 # A venv that failed half-way is removed: left with no pip, the next run would only say "No module
 # named pip". torch comes alone from TORCH_INDEX (--no-deps: everything else from PyPI), with 2
@@ -59,7 +59,8 @@ NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg -q
 # The notebooks run twice: with this CPU's fastest kernels, then with torch's portable ones
 # (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets): their outputs must agree.
 # A student copy (`make release`) has no tests/ or solutions/: there it checks the lessons.
-test: setup system
+# The hub test (tests/test_hub.py) needs the hub's proxy; a student copy has neither.
+test: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
 	$(BIN)/python -m pytest $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest notebooks $(wildcard solutions) $(NBVAL)
 
@@ -84,6 +85,30 @@ release: setup
 bench: setup system
 	$(BIN)/python scripts/bench.py
 
+# One JupyterHub for a class on this machine (README, Instructors: a class on one hub). As root:
+# the first run makes the class from ROSTER (a unix user per student and per instructor, the
+# exchange, the grader's course folder), every run starts the hub in the foreground (Ctrl+C stops it).
+ROSTER ?= hub/roster.csv
+INSTRUCTORS ?= instructor
+HUB_STATE ?= /srv/transformer-roots-hub
+hub: setup system hub-proxy
+	@test "$$(id -u)" = 0 || { echo "make hub needs root: it makes a unix user per student and runs each \
+	student's server as that user (sudo make hub)" >&2; exit 1; }
+	test -f $(HUB_STATE)/class.json || $(BIN)/python scripts/hub.py setup --roster $(ROSTER) \
+		$(foreach id,$(INSTRUCTORS),--instructor $(id)) --state $(HUB_STATE)
+	$(BIN)/python scripts/hub.py start --state $(HUB_STATE)
+
+# The hub's proxy, configurable-http-proxy from npm, into .hub/ once (hub/package-lock.json pins it
+# and every dependency). It needs Node.js 20 or later.
+HUB_PROXY := .hub/node_modules/.bin/configurable-http-proxy
+hub-proxy: $(HUB_PROXY)
+$(HUB_PROXY): hub/package.json hub/package-lock.json
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null || { echo "the hub's \
+	proxy needs Node.js 20 or later with npm (https://nodejs.org, or NodeSource's Debian packages)" >&2; exit 1; }
+	mkdir -p .hub && cp hub/package.json hub/package-lock.json .hub/
+	cd .hub && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 clean:
-	rm -rf $(VENV) gradebook.db submitted autograded feedback grades.csv canvas-grades.csv \
+	rm -rf $(VENV) .hub gradebook.db submitted autograded feedback grades.csv canvas-grades.csv \
 		moodle-grades-*.csv test-artifacts

@@ -173,6 +173,12 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
     target = course / STAGING / "submitted" / sub.student / sub.set_name / expected
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)
+    # What `nbgrader collect` keeps beside the notebook, which nbgrader carries on to the feedback:
+    # when it was handed in, and the secret that names its feedback in the exchange (without it
+    # `nbgrader release_feedback` stops, and the student cannot fetch their feedback).
+    for kept in ("timestamp.txt", "submission_secret.txt"):
+        if (folder / kept).is_file():
+            shutil.copy(folder / kept, target.parent / kept)
     return target
 
 

@@ -4,8 +4,9 @@ Usage: python scripts/release.py DEST      (what `make release DEST=...` runs)
 
 Copies the files git tracks into DEST (a new or empty folder), except the instructor's:
 solutions/ (answers and hidden tests), tests/ (they read solutions/; only nbval's
-sanitize.cfg stays), nbgrader_config.py and the grading scripts. Its README.md is the students'
-(README.student.md with the lessons table of README.md), not the instructors'. Then it reads
+sanitize.cfg stays), nbgrader_config.py, the grading scripts and the class hub's files. Its
+README.md is the students' (README.student.md with the lessons table of README.md), not the
+instructors'. Then it reads
 every copied file and refuses the release if any holds a solution or hidden-test line. DEST can
 then be pushed to a public class repository while the instructor's repository stays private;
 `make lab` and `make test` (the lessons under nbval) work in it.
@@ -25,7 +26,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE = ("solutions/", "tests/", ".ci/", "grading/", "nbgrader_config.py", "scripts/grade.py",
            "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md",
-           "hub/", "scripts/hub", "scripts/student_sim.py")
+           "hub/", "scripts/hub", "scripts/student_sim.py", "docs/hub/")  # the class's hub is the instructor's
 LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 

@@ -1,0 +1,525 @@
+"""One JupyterHub for a class on this machine: setup, start, teardown (`make hub` runs the first two).
+
+Usage, as root (it creates unix users and starts servers as them):
+  python scripts/hub.py setup --roster hub/roster.csv --instructor ID [--instructor ID ...]
+                              [--state DIR] [--homes DIR] [--sets 01_attention_scores,...]
+  python scripts/hub.py start [--state DIR]      JupyterHub and its proxy, in the foreground
+  python scripts/hub.py teardown [--state DIR]   removes the users, homes and state setup made
+
+setup makes:
+  - one unprivileged unix user per roster student and per instructor, named by their id (no
+    prefix; ids must match ID_PATTERN; an id that is already a user of the machine is refused),
+    with a home folder only they can enter and a first password of its own, listed for the
+    instructor in <state>/hub/first-passwords.csv (root only); the hub checks it through PAM;
+  - the nbgrader exchange, <state>/exchange: the root 1777 (what nbgrader 0.9 sets, plus the
+    sticky bit so no one removes what another made), the course's folder in it owned by the
+    grader (the first instructor) with nbgrader's own modes: outbound 0755, inbound 2733
+    (students write, only the grader lists), feedback 0711 (read by exact, secret name);
+  - <state>/etc/jupyter/nbgrader_config.py, read by every user's server: course id, exchange;
+  - the grader's course folder, <grader home>/transformer-roots: the course's nbgrader_config.py,
+    solutions/ (nbgrader's source), exercises/ (the student versions, generated) and a gradebook
+    holding every roster student; and their ~/.jupyter/nbgrader_config.py pointing at it;
+  - each student's lessons (a copy of notebooks/) and JupyterLab without the instructors' panels;
+  - <state>/class.json: the roster, the instructors and what was made (read by
+    hub/jupyterhub_config.py, and by teardown).
+start runs JupyterHub (hub/jupyterhub_config.py) in a mount namespace of its own, in which
+  - a folder users cannot enter that holds the course's Python (a pyenv Python in /root, say)
+    shows them only that Python's folders;
+  - the checkout's private parts (solutions/, tests/, the git history, any grading output of
+    `make grade`) are empty folders;
+nothing changes on the disk. It then checks, as user nobody, that the course's Python runs
+and that solutions/ cannot be read, and stops with the reason if not.
+
+From Python (the tests): setup(...), launch(...) -> the running hub, stop(hub), teardown(state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import grp
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "hub" / "jupyterhub_config.py"
+PROXY = ROOT / ".hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+COURSE_ID = "transformer-roots"
+COURSE_FOLDER = "transformer-roots"  # in the grader's home
+DEFAULT_STATE = Path("/srv/transformer-roots-hub")
+# A unix user name that every tool accepts as it is: lower case, starts with a letter, at most
+# 32 characters; no dot, no capital, no "+" (nbgrader joins names with "+" in the exchange).
+ID_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# What students must not read in the checkout: answers, hidden tests, tests that hold right
+# answers, and what `make grade` may have left there (submissions, grades, the gradebook).
+PRIVATE = ["solutions", "tests", ".grading", "submitted", "autograded", "feedback", "gradebook.db",
+           "grades.csv"]
+# JupyterLab panels and server parts that only an instructor uses (nbgrader's own table:
+# students get the assignment list and Validate, not the formgrader or course list).
+INSTRUCTOR_ONLY_LAB = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                       "@jupyter/nbgrader:course-list"]
+SERVER_EXTENSIONS = ["jupyterlab", "jupyter_server_terminals", "notebook_shim",
+                     "nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
+                     "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list"]
+INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
+
+
+@dataclass
+class Member:
+    id: str
+    name: str
+
+
+def read_roster(path: Path) -> list[Member]:
+    """The students of a roster CSV with columns student_id,name; a bad row stops with its line."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # utf-8-sig: a spreadsheet's export
+        rows = list(csv.reader(handle))
+    if not rows or [c.strip() for c in rows[0][:2]] != ["student_id", "name"]:
+        raise SystemExit(f"{path}: the first line must be the header 'student_id,name'")
+    members, seen = [], set()
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line
+        if len(row) != 2:
+            raise SystemExit(f"{path}, line {line}: expected 2 columns (student_id,name), got {len(row)}: {row}")
+        member = Member(row[0].strip(), row[1].strip())
+        check_id(member.id, f"{path}, line {line}")
+        if member.id in seen:
+            raise SystemExit(f"{path}, line {line}: student id {member.id!r} is listed twice")
+        seen.add(member.id)
+        members.append(member)
+    if not members:
+        raise SystemExit(f"{path}: no students")
+    return members
+
+
+def check_id(name: str, where: str) -> None:
+    if not ID_PATTERN.fullmatch(name):
+        raise SystemExit(f"{where}: {name!r} is not a usable id: lower-case letters, digits, '-' and '_', "
+                         "starting with a letter, at most 32 characters (it becomes a unix user name)")
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise SystemExit(f"hub.py {what} needs root: it creates one unix user per student and starts "
+                         "each student's server as that user (run it with sudo)")
+
+
+def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    """A command that must succeed; its output is shown only when it fails (never its input)."""
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done
+
+
+def class_file(state: Path) -> Path:
+    return state / "class.json"
+
+
+def load_class(state: Path) -> dict:
+    if not class_file(state).exists():
+        raise SystemExit(f"no class in {state}: run `hub.py setup` (or `make hub`) first")
+    return json.loads(class_file(state).read_text())
+
+
+def save_class(state: Path, data: dict) -> None:
+    class_file(state).write_text(json.dumps(data, indent=1))
+    class_file(state).chmod(0o600)  # the roster's names: read by the hub's config (root) only
+
+
+def write_owned(path: Path, text: str, user: str, mode: int = 0o644) -> None:
+    """Write a file (and its missing folders) belonging to `user`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    chown_tree(path.parent, user)
+
+
+def chown_tree(path: Path, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    for folder, folders, files in os.walk(path):
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        for name in files:
+            os.chown(os.path.join(folder, name), entry.pw_uid, entry.pw_gid)
+
+
+def create_user(member: Member, homes: Path) -> str:
+    """A unix user with a home only they can enter; returns their first password."""
+    home = homes / member.id
+    # bash, so that JupyterLab's terminal works (and `passwd` changes the password).
+    run("useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash", "--user-group",
+        "--comment", member.name.replace(":", " "), member.id)
+    home.chmod(0o700)
+    password = secrets.token_urlsafe(12)  # 16 characters, 96 random bits
+    run("chpasswd", input=f"{member.id}:{password}\n")
+    return password
+
+
+def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
+    """JupyterLab as each user first sees it: the server extensions it runs, named here rather
+    than left to what each package's install wrote into its environment (a venv layered on
+    another has none of its own); students without the parts an instructor uses (the formgrader
+    is the grader's); no "news?" pop-up."""
+    # A terminal's login shell resets PATH (/etc/profile): the course's Python is put back first.
+    with open(home / ".profile", "a") as profile:
+        profile.write(f"\n# Transformer Roots: the course's Python first, as in its notebooks\n"
+                      f"PATH=\"{Path(sys.executable).parent}:$PATH\"\n")
+    extensions = {name: not (student and name in INSTRUCTOR_ONLY_SERVER) for name in SERVER_EXTENSIONS}
+    write_owned(home / ".jupyter" / "jupyter_server_config.json",
+                json.dumps({"ServerApp": {"jpserver_extensions": extensions}}, indent=1), member.id)
+    settings = home / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    write_owned(settings / "notification.jupyterlab-settings", json.dumps({"fetchNews": "false"}), member.id)
+    if student:
+        write_owned(home / ".jupyter" / "labconfig" / "page_config.json",
+                    json.dumps({"disabledExtensions": {name: True for name in INSTRUCTOR_ONLY_LAB}}), member.id)
+        shutil.copytree(ROOT / "notebooks", home / "lessons")
+        chown_tree(home / "lessons", member.id)
+    chown_tree(home / ".jupyter", member.id)
+
+
+def make_exchange(state: Path, grader: str) -> Path:
+    exchange = state / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    course = exchange / COURSE_ID
+    # Made now, by the grader, so no student can make the course's folder first and own it.
+    for folder, mode in [(course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o2733),
+                         (course / "feedback", 0o711)]:
+        folder.mkdir()
+        entry = pwd.getpwnam(grader)
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        folder.chmod(mode)
+    return exchange
+
+
+def make_course(grader: Member, home: Path, students: list[Member], sets: list[str]) -> Path:
+    """The grader's course folder: nbgrader_config.py, solutions/, exercises/, gradebook.db."""
+    course = home / COURSE_FOLDER
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    for name in sets:
+        shutil.copytree(ROOT / "solutions" / name, course / "solutions" / name,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    # The student versions and the gradebook's record of every graded cell, as `make grade` makes them.
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run(sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course), "--exercises-only", env=env)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student in students:
+            first, _, last = student.name.partition(" ")
+            gradebook.update_or_create_student(student.id, first_name=first, last_name=last)
+    # The course's nbgrader_config.py names the gradebook relative to the folder nbgrader runs in;
+    # the grader's server runs in their home, so the path is made absolute there.
+    write_owned(home / ".jupyter" / "nbgrader_config.py",
+                f"c = get_config()  # noqa: F821\n"
+                f"# The course's own settings (folders, grading steps), then the gradebook's full path.\n"
+                f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n"
+                f"c.CourseDirectory.db_url = {'sqlite:///' + str(course / 'gradebook.db')!r}\n", grader.id)
+    chown_tree(course, grader.id)
+    course.chmod(0o700)
+    return course
+
+
+def setup(roster: Path, instructors: list[str], state: Path = DEFAULT_STATE, homes: Path = Path("/home"),
+          sets: list[str] | None = None) -> dict:
+    """Make the class (see the module's docstring); returns what class.json records."""
+    require_root("setup")
+    students = read_roster(roster)
+    staff = [Member(name, name) for name in instructors]
+    for member in staff:
+        check_id(member.id, "--instructor")
+    if not staff:
+        raise SystemExit("name at least one instructor (--instructor ID): the first one grades")
+    clash = {m.id for m in students} & {m.id for m in staff}
+    if clash:
+        raise SystemExit(f"{', '.join(sorted(clash))}: both a student of {roster} and an instructor")
+    if class_file(state).exists():
+        raise SystemExit(f"{state} already holds a class: `hub.py teardown --state {state}` first, or "
+                         "`hub.py start` to run it")
+    for member in students + staff:
+        try:
+            pwd.getpwnam(member.id)
+        except KeyError:
+            continue
+        raise SystemExit(f"{member.id!r} is already a user of this machine; hub.py makes its own users "
+                         "and never lends a server to an existing account: choose another id")
+    sets = sets or sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
+    for folder in (state, homes):
+        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.stat().st_mode & stat.S_IXOTH:
+            raise SystemExit(f"{folder} cannot be entered by other users: they could not reach their home")
+    data = {"course_id": COURSE_ID, "checkout": str(ROOT), "homes": str(homes), "sets": sets,
+            "students": [vars(m) for m in students], "instructors": [vars(m) for m in staff],
+            "created_users": [], "exchange": str(state / "exchange")}
+    save_class(state, data)
+    (state / "hub").mkdir(mode=0o700)
+    passwords = state / "hub" / "first-passwords.csv"
+    with open(os.open(passwords, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "name", "first_password"])
+        for member in students + staff:
+            writer.writerow([member.id, member.name, create_user(member, homes)])
+            data["created_users"].append(member.id)
+            save_class(state, data)  # teardown removes what was made, even if a later step fails
+            seed_lab_settings(member, homes / member.id, student=member in students)
+    make_exchange(state, staff[0].id)
+    write_owned(state / "etc" / "jupyter" / "nbgrader_config.py",
+                "c = get_config()  # noqa: F821\n"
+                "# Read by every user's server (hub/jupyterhub_config.py sets JUPYTER_CONFIG_PATH).\n"
+                f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+                f"c.Exchange.root = {str(state / 'exchange')!r}\n", "root")
+
+    data["course"] = str(make_course(staff[0], homes / staff[0].id, students, sets))
+    save_class(state, data)
+    return data
+
+
+# --- start: a mount namespace in which students see what they need, and nothing private.
+
+def python_paths() -> list[Path]:
+    """Every folder the course's Python reads: its prefix, the base Python's, its sys.path."""
+    found = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps("
+                            "[sys.prefix, sys.base_prefix, *sys.path]))"], capture_output=True, text=True,
+                           check=True, cwd="/")
+    paths = {Path(p).resolve() for p in json.loads(found.stdout) if p and Path(p).is_dir()}
+    return sorted(paths | {ROOT})
+
+
+def closed_ancestor(path: Path) -> Path | None:
+    """The first folder on the way to `path` that other users cannot enter (no o+x), if any."""
+    for folder in reversed(path.parents):
+        if not folder.stat().st_mode & stat.S_IXOTH:
+            return folder
+    return None
+
+
+def private_paths() -> list[Path]:
+    paths = [ROOT / name for name in PRIVATE if (ROOT / name).exists()]
+    if shutil.which("git"):
+        for flag in ("--absolute-git-dir", "--git-common-dir"):
+            found = subprocess.run(["git", "rev-parse", flag], cwd=ROOT, capture_output=True, text=True)
+            if found.returncode == 0:
+                paths.append((ROOT / found.stdout.strip()).resolve())
+    # A worktree's git folder lies inside the repository's: hiding the outer one hides both.
+    return sorted(p for p in set(paths) if not any(q in p.parents for q in paths))
+
+
+def mount(*args: str) -> None:
+    run("mount", *args)
+
+
+def prepare_view(stage: Path) -> list[str]:
+    """Inside the hub's own mount namespace: open the Python's closed folders, hide the private
+    paths. Returns one line per change, for the log."""
+    said = []
+    closed: dict[Path, list[Path]] = {}
+    for path in python_paths():
+        folder = closed_ancestor(path)
+        if folder is not None:
+            closed.setdefault(folder, []).append(path)
+    for folder, paths in closed.items():
+        # Keep only the outermost of the paths under this folder (the rest lie inside them).
+        outer = [p for p in paths if not any(q != p and q in p.parents for q in paths)]
+        staged = []
+        for k, path in enumerate(outer):
+            (stage / str(k)).mkdir()
+            mount("--bind", str(path), str(stage / str(k)))
+            staged.append((stage / str(k), path))
+        # An empty folder users can cross (0711: enter, not list) replaces the closed one ...
+        mount("-t", "tmpfs", "-o", "mode=0711,size=1m", "tmpfs", str(folder))
+        for source, path in staged:  # ... with only the Python's folders put back in it.
+            path.mkdir(parents=True)
+            mount("--move", str(source), str(path))
+            source.rmdir()
+        said.append(f"{folder} (closed to users) shows them only: {', '.join(map(str, outer))}")
+    for path in private_paths():
+        if path.is_dir():
+            mount("-t", "tmpfs", "-o", "mode=0700,size=1m,ro", "tmpfs", str(path))
+        else:
+            empty = stage / f"empty-{path.name}"
+            empty.touch(mode=0o000)
+            mount("--bind", "-o", "ro", str(empty), str(path))
+        said.append(f"hidden: {path}")
+    return said
+
+
+USER_CHECK = """
+import jupyterhub.singleuser, nbgrader, course_lib, torch
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        open(path).close() if os.path.isfile(path) else os.listdir(path)
+    except OSError:
+        continue
+    sys.exit(f"a user can read {path}")
+"""
+
+
+def check_view() -> None:
+    """As nobody: the course's Python runs, and no private path can be read."""
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable, "-c",
+               USER_CHECK, *map(str, private_paths())]
+    done = subprocess.run(command, capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    if done.returncode != 0:
+        raise SystemExit(
+            f"As an ordinary user, the course's Python ({sys.executable}) did not pass the hub's check:\n"
+            f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}\n"
+            "Every student's server runs that Python as the student: put the checkout and its .venv where "
+            "every user can enter and read (e.g. /srv or /opt, not /root), and keep solutions/ private.")
+
+
+def serve(state: Path) -> None:
+    """(What start runs inside its namespace.) Prepare the view, check it, exec JupyterHub."""
+    with tempfile.TemporaryDirectory(prefix="tr-hub-view-") as stage:
+        for line in prepare_view(Path(stage)):
+            print(f"hub.py: {line}", flush=True)
+    check_view()
+    (state / "hub").mkdir(mode=0o700, exist_ok=True)
+    os.chdir(state / "hub")
+    env = os.environ | {"TR_HUB_STATE": str(state),
+                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    os.execve(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)], env)
+
+
+def start(state: Path) -> None:
+    """JupyterHub in the foreground, in a mount namespace of its own (see the docstring)."""
+    require_root("start")
+    load_class(state)
+    if not PROXY.exists():
+        raise SystemExit(f"{PROXY} is missing: `make hub-proxy` installs configurable-http-proxy with npm")
+    if shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        raise SystemExit("start needs unshare and setpriv (Debian: apt-get install util-linux)")
+    # A private copy of the mount table: what serve() mounts is seen by the hub and its servers only.
+    os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", "--",
+                          sys.executable, __file__, "serve", "--state", str(state)])
+
+
+# --- From Python: start the hub, wait for it, stop it.
+
+@dataclass
+class RunningHub:
+    process: subprocess.Popen
+    url: str  # the public address, e.g. http://127.0.0.1:8000
+    log: Path
+    state: Path
+
+
+def launch(state: Path, port: int, api_port: int, proxy_api_port: int, log: Path, ip: str = "127.0.0.1",
+           env: dict[str, str] | None = None, timeout: float = 90) -> RunningHub:
+    """`hub.py start` in the background on the given ports; returns once the hub answers."""
+    settings = {"TR_HUB_IP": ip, "TR_HUB_PORT": str(port), "TR_HUB_API_PORT": str(api_port),
+                "TR_HUB_PROXY_API_PORT": str(proxy_api_port)}
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, __file__, "start", "--state", str(state)], stdout=out,
+                                   stderr=subprocess.STDOUT, env=os.environ | settings | (env or {}),
+                                   start_new_session=True)
+    hub = RunningHub(process, f"http://{ip}:{port}", log, state)
+    deadline = time.time() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the hub exited with code {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=2)
+            return hub
+        except OSError:
+            if time.time() > deadline:
+                stop(hub)
+                raise RuntimeError(f"the hub did not answer at {hub.url} within {timeout} s; see {log}")
+            time.sleep(0.5)
+
+
+def stop(hub: RunningHub, timeout: float = 90) -> None:
+    """Stop the hub: it stops every user's server, its idle culler (about 30 s: the culler
+    outlives the first signals the hub sends it) and its proxy first."""
+    if hub.process.poll() is None:
+        os.killpg(hub.process.pid, signal.SIGTERM)
+        try:
+            hub.process.wait(timeout)
+        except subprocess.TimeoutExpired:  # stuck: killed, with the proxy it started in a session of its own
+            os.killpg(hub.process.pid, signal.SIGKILL)
+            hub.process.wait()
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((hub.state / "hub" / "proxy.pid").read_text()), signal.SIGTERM)
+
+
+# --- teardown
+
+def processes_of(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except OSError:
+                pass  # it ended
+    return pids
+
+
+def teardown(state: Path) -> list[str]:
+    """Remove the users (their processes, homes and groups) and the state folder setup made."""
+    require_root("teardown")
+    if not class_file(state).exists():
+        return []
+    data = load_class(state)
+    for name in data["created_users"]:
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            continue
+        for pid in processes_of(uid):  # servers left by a hub that was killed: only this user's
+            os.kill(pid, signal.SIGKILL)
+        run("userdel", "--remove", name)
+        try:
+            grp.getgrnam(name)
+            run("groupdel", name)
+        except KeyError:
+            pass
+    shutil.rmtree(state)
+    return data["created_users"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["setup", "start", "serve", "teardown"])
+    parser.add_argument("--state", type=Path, default=Path(os.environ.get("TR_HUB_STATE", DEFAULT_STATE)),
+                        help="the class's state folder (hub database, exchange, class.json)")
+    parser.add_argument("--roster", type=Path, default=ROOT / "hub" / "roster.csv", help="CSV: student_id,name")
+    parser.add_argument("--instructor", action="append", default=[], help="an instructor's id (the first grades)")
+    parser.add_argument("--homes", type=Path, default=Path("/home"), help="where the users' homes are made")
+    parser.add_argument("--sets", default="", help="comma-separated exercise sets (default: all)")
+    args = parser.parse_args()
+    state = args.state.resolve()
+    if args.command == "setup":
+        data = setup(args.roster, args.instructor, state, args.homes.resolve(),
+                     [s for s in args.sets.split(",") if s])
+        print(f"class {data['course_id']}: {len(data['students'])} students, instructors "
+              f"{', '.join(i['id'] for i in data['instructors'])}; course folder {data['course']}; state {state}\n"
+              f"first passwords, to hand out: {state / 'hub' / 'first-passwords.csv'} (root only)")
+    elif args.command == "start":
+        start(state)
+    elif args.command == "serve":
+        serve(state)
+    else:
+        removed = teardown(state)
+        print(f"removed {len(removed)} users ({', '.join(removed)}) and {state}")
+
+
+if __name__ == "__main__":
+    main()
