@@ -86,15 +86,14 @@ bench: setup system
 	$(BIN)/python scripts/bench.py
 
 # One JupyterHub for a class on this machine (README, Instructors: a class on one hub). As root:
-# the first run makes the class from ROSTER (a unix user per student and per instructor, the
+# the first run makes the class from ROSTER (default hub/roster.csv; a unix user per student and per instructor, the
 # exchange, the grader's course folder), every run starts the hub in the foreground (Ctrl+C stops it).
-ROSTER ?= hub/roster.csv
 INSTRUCTORS ?= instructor
 HUB_STATE ?= /srv/transformer-roots-hub
 hub: setup system hub-proxy
 	@test "$$(id -u)" = 0 || { echo "make hub needs root: it makes a unix user per student and runs each \
 	student's server as that user (sudo make hub)" >&2; exit 1; }
-	test -f $(HUB_STATE)/class.json || $(BIN)/python scripts/hub.py setup --roster $(ROSTER) \
+	test -f $(HUB_STATE)/class.json || $(BIN)/python scripts/hub.py setup --roster $(or $(ROSTER),hub/roster.csv) \
 		$(foreach id,$(INSTRUCTORS),--instructor $(id)) --state $(HUB_STATE)
 	$(BIN)/python scripts/hub.py start --state $(HUB_STATE)
 
