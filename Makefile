@@ -86,8 +86,9 @@ bench: setup system
 	$(BIN)/python scripts/bench.py
 
 # One JupyterHub for a class on this machine (README, Instructors: a class on one hub). As root:
-# the first run makes the class from ROSTER (default hub/roster.csv; a unix user per student and per instructor, the
-# exchange, the grader's course folder), every run starts the hub in the foreground (Ctrl+C stops it).
+# the first run makes the class from ROSTER (default hub/roster.csv: a unix user per student and
+# per instructor, the exchange, the grader's course folder), every run starts the hub in the
+# foreground (Ctrl+C stops it).
 INSTRUCTORS ?= instructor
 HUB_STATE ?= /srv/transformer-roots-hub
 hub: setup system hub-proxy
