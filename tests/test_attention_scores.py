@@ -1,4 +1,4 @@
-"""Lesson 01: course_lib.attention_scores against torch, its input checks, and exercise set 01's checks."""
+"""Lesson 01: course_lib.attention_scores against torch, and its input checks."""
 
 from __future__ import annotations
 

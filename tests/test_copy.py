@@ -1,6 +1,6 @@
 """Lesson 06: the copy mechanism. Hand-set heads checked over every token and position,
 against closed forms and torch's own softmax/attention; the seed's linear-attention argument;
-training; bad input. MUTANTS: known-wrong answers for the exercise set (see test_exercises.py)."""
+training; bad input. (Set 06's known answers: tests/mutants/06_copy.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lesson 02: course_lib.masks against torch's own attention, its input checks, and exercise set 02's checks."""
+"""Lesson 02: course_lib.masks against torch's own attention, and its input checks."""
 
 from __future__ import annotations
 
