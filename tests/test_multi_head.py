@@ -112,15 +112,22 @@ def test_to_torch_gives_torch_the_same_layer(batch_first):
     torch.testing.assert_close(out, ref if batch_first else ref.transpose(0, 1), atol=1e-12, rtol=0)
 
 
-def test_one_head_is_lesson_01s_attention():
+def test_one_head_is_lesson_01s_attention_and_torchs_layer_with_one_head():
+    """n_heads=1 and lesson 01's layer (n_heads=None), given the same weights, each equal torch's
+    nn.MultiheadAttention with one head (weights copied by torch_copy above, not by the course's
+    to_torch): the heads' layer differs from lesson 01's only by its head axis of length 1."""
     layer = random_layer(1, 10, 1)
     single = Attention(10, bias=True).double()
     single.load_state_dict(layer.state_dict())
+    theirs = torch_copy(layer, batch_first=True)
     x = torch.randn(2, 6, 10, dtype=torch.float64)
+    ref, ref_weights = theirs(x, x, x, attn_mask=~causal_mask(6), average_attn_weights=False)  # (B, 1, T, T)
     out, weights = layer(x, mask=causal_mask(6))
-    ref, ref_weights = single(x, mask=causal_mask(6))
-    torch.testing.assert_close(out, ref, atol=1e-14, rtol=0)
-    torch.testing.assert_close(weights[:, 0], ref_weights, atol=1e-14, rtol=0)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=0)
+    out, weights = single(x, mask=causal_mask(6))
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(weights, ref_weights[:, 0], atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("H", [1, 2, 3, 6])

@@ -296,11 +296,27 @@ def test_float32_rope_is_accurate_at_large_positions():
     assert float(error) < 2e-6
 
 
-def test_rope_row_m_is_the_block_rotation_by_m_c():
-    x = torch.randn(12, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+def test_rope_row_m_is_the_block_rotation_by_m_theta_of_the_roformer_paper():
+    """Su et al. (RoFormer), eq. 15: row m turned by the block-diagonal matrix R_m whose block j is
+    the 2x2 rotation by m theta_j, theta_j = 10000^(-2j/d), built here from math's cos and sin; and
+    eq. 34, the same map written without a matrix: x * cos(m theta) + (-x_2, x_1, -x_4, x_3, ...) *
+    sin(m theta). Neither goes through the course's frequencies, rotate_pairs or block_rotation."""
+    d = 8
+    x = torch.randn(12, d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     got = apply_rope(x)
+    theta = [10000 ** (-2 * j / d) for j in range(d // 2)]
     for m in range(12):
-        torch.testing.assert_close(got[m], block_rotation(m * frequencies(8)) @ x[m])
+        blocks = [torch.tensor([[math.cos(m * t), -math.sin(m * t)], [math.sin(m * t), math.cos(m * t)]],
+                               dtype=torch.float64) for t in theta]
+        torch.testing.assert_close(got[m], torch.block_diag(*blocks) @ x[m], atol=1e-14, rtol=0)
+        cos = torch.tensor([math.cos(m * t) for t in theta for _ in (0, 1)], dtype=torch.float64)
+        sin = torch.tensor([math.sin(m * t) for t in theta for _ in (0, 1)], dtype=torch.float64)
+        swapped = torch.stack([-x[m, 1::2], x[m, 0::2]], dim=-1).flatten()  # (-x_2, x_1, -x_4, x_3, ...)
+        torch.testing.assert_close(got[m], x[m] * cos + swapped * sin, atol=1e-14, rtol=0)
+    # and the course's matrix picture agrees with the paper's matrix
+    torch.testing.assert_close(block_rotation(5 * frequencies(d)), torch.block_diag(*[
+        torch.tensor([[math.cos(5 * t), -math.sin(5 * t)], [math.sin(5 * t), math.cos(5 * t)]], dtype=torch.float64)
+        for t in theta]), atol=1e-14, rtol=0)
 
 
 def test_rotate_pairs_is_complex_multiplication_by_unit_numbers():
