@@ -12,11 +12,12 @@ from course_lib.attention_scores import scaled_dot_product_attention
 from course_lib.attention_scores import Attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
                               additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
-                              encoder_self_attention, fit_additive_scorer, future_perturbation, influence_matrix,
-                              matching_layer, operations_per_score, padding_mask, prefix_outputs, seconds_per_score,
-                              to_torch_mha_mask, toy_embedding, toy_translation_batch)
-from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, to_torch, train_next_token,
-                              train_tiny_model)
+                              encoder_self_attention, fit_additive_scorer, matching_layer, padding_mask,
+                              toy_embedding, toy_translation_batch)
+from course_lib.measure import (future_perturbation, influence_matrix, operations_per_score, prefix_outputs,
+                                seconds_per_score)
+from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, to_torch, to_torch_mha_mask,
+                              train_next_token, train_tiny_model)
 from tensors import DTYPES, TOL, random_qkv
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.masks import OperationCounter, causal_mask, padding_mask
+from course_lib.masks import causal_mask, padding_mask
+from course_lib.measure import OperationCounter
 from course_lib.model import DecoderOnly, ModelConfig, from_torch
 from course_lib.positional_encoding import SinusoidalPositionalEncoding
 from course_lib.transformer import (
