@@ -6,8 +6,11 @@ of earlier lessons (and torch), so the layers of the code follow the course:
                              (n_heads heads, lesson 08)
     masks                02  padding and causal masks, the three uses of attention, additive
                              attention
+    measure              02  what a computation costs (OperationCounter, per score, timed) and
+                             whether a layer is causal (perturbation, gradients, prefixes)
     model                02  the course's model: config, FeedForward, Block, the decoder-only
-                             and encoder-decoder models, weights to and from torch, training
+                             and encoder-decoder models, weights and masks to and from torch,
+                             training
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN

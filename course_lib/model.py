@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import Attention, Rotation
-from .guards import (require_choice, require_count, require_float, require_number, require_token_ids,
-                     require_width)
+from .guards import (require_choice, require_count, require_float, require_number, require_tensor,
+                     require_token_ids, require_width)
 from .masks import causal_mask
 from .training import train
 
@@ -297,6 +297,18 @@ def require_length_fits(T: int, max_len: int, table: str) -> None:
 
 
 # ---------------------------------------------------------------- torch's modules, the same weights
+
+def to_torch_mha_mask(mask: Tensor) -> Tensor:
+    """Our convention (True = may attend) -> nn.MultiheadAttention's (True = may NOT attend).
+
+    Use it for both `attn_mask` (T, S) and `key_padding_mask` (B, S); a padding_mask of shape
+    (B, 1, S) becomes a key_padding_mask with `to_torch_mha_mask(mask[:, 0])`.
+    """
+    require_tensor("mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor, got dtype {mask.dtype}")
+    return ~mask
+
 
 def to_torch(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttention:
     """An nn.MultiheadAttention holding `layer`'s weights (its n_heads heads, or one), for comparison.

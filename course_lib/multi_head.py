@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from . import attention_scores
 from .attention_scores import Attention
 from .guards import require_count, require_float, require_tensor, require_token_ids, require_width
-from .masks import OperationCounter
+from .measure import OperationCounter
 from .model import IGNORE, DecoderOnly, ModelConfig, to_torch, train_tiny_model
 from .training import run_each
 

@@ -5,3 +5,11 @@ of the hidden tests (see course_lib/checks/hand_in.py), the limits on output and
 feedback may show. scripts/grade.py runs nbgrader with them, each kernel in a sandbox
 (scripts/sandbox_kernel.py).
 """
+
+from pathlib import Path
+
+
+def exercise_sets(course: Path) -> list[str]:
+    """The course's exercise sets, in order: the folders solutions/NN_<concept>/ of `course`.
+    The one list: the grader and the tests read it here."""
+    return sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 
 import nbformat
 
+from grading import exercise_sets  # the course's one list of sets (the package's __init__ only)
+
 if TYPE_CHECKING:  # grading/ is imported only for an LMS download
     from grading.lms import Collected
 
@@ -554,7 +556,7 @@ def main() -> None:
     submitted = (args.submissions or course / "submitted").resolve()
     started = time.perf_counter()
 
-    sets = sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
+    sets = exercise_sets(course)
     if args.exercises_only:
         (course / STAGING / "solutions.sha256").unlink(missing_ok=True)
     generate_student_versions(course, sets)

@@ -15,8 +15,11 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
+
+from grading import exercise_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
@@ -30,13 +33,18 @@ class Outcome:
 
 
 def solution_sets() -> list[str]:
-    """Names of the exercise sets: the folders solutions/NN_<concept>/."""
-    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
+    """Names of the exercise sets (the course's one list: grading.exercise_sets)."""
+    return exercise_sets(ROOT)
+
+
+def known_answers(set_name: str) -> ModuleType:
+    """The set's module of known answers, tests/mutants/<set_name>.py (see tests/mutants/__init__.py)."""
+    return importlib.import_module(f"mutants.{set_name}")
 
 
 def mutants(set_name: str) -> dict[str, dict[str, str]]:
-    """Known-wrong answers for each exercise of a set, kept in tests/test_<concept>.py as MUTANTS."""
-    return importlib.import_module("test_" + set_name.split("_", 1)[1]).MUTANTS
+    """Known-wrong answers for each exercise of a set: exercise -> answer's name -> source."""
+    return known_answers(set_name).MUTANTS
 
 
 def solution_notebook(set_name: str) -> Path:
@@ -86,4 +94,22 @@ def outcome(set_name: str, exercise: str, answer: str | None = None) -> Outcome:
 
 def hints(set_name: str) -> dict[str, dict[str, str]]:
     """For each exercise, its likely wrong answers (MUTANTS names) and words its message must contain."""
-    return getattr(importlib.import_module("test_" + set_name.split("_", 1)[1]), "HINTS", {})
+    return known_answers(set_name).HINTS
+
+
+def accepted(set_name: str) -> dict[str, dict[str, str]]:
+    """Right answers written another way, which keep full credit (none for most sets)."""
+    return getattr(known_answers(set_name), "ACCEPTED", {})
+
+
+def ready_made(set_name: str) -> dict[str, dict[str, str]]:
+    """Ready-made code under names no reading of the source catches, refused by the hidden tests."""
+    return getattr(known_answers(set_name), "READY_MADE", {})
+
+
+def in_place(set_name: str) -> dict[str, dict[str, str]]:
+    """Answers that change their input in place: the MUTANTS named "... in place", and IN_PLACE."""
+    named = {e: {m: a for m, a in ms.items() if m.endswith(" in place")} for e, ms in mutants(set_name).items()}
+    for exercise, answers in getattr(known_answers(set_name), "IN_PLACE", {}).items():
+        named[exercise] = named.get(exercise, {}) | answers
+    return {e: ms for e, ms in named.items() if ms}

@@ -1,19 +1,22 @@
-"""Every exercise set's checks are tested too, with the known-wrong answers in its test file.
+"""Every exercise set's checks are tested too, with the known answers in tests/mutants/<set>.py.
 
-For each set solutions/NN_<concept>/, tests/test_<concept>.py holds MUTANTS: for every
-exercise, at least two wrong answers (as source code). The reference must pass its visible
-check and its hidden tests; every wrong answer must fail the hidden tests on their own, and
-every wrong answer that computes wrong numbers must fail the visible check too. (Answers
-named "calls ..." compute the right numbers with a ready-made implementation: only the hidden
-tests, which refuse them credit, can catch them.)
+The reference must pass its visible check and its hidden tests; every known-wrong answer
+(MUTANTS) must fail the hidden tests on their own, and every one that computes wrong numbers
+must fail the visible check too; each likely one is told its bug (HINTS). Right answers
+written another way keep full credit (ACCEPTED); ready-made code is refused (READY_MADE); an
+answer that changes its input in place is named (IN_PLACE). tests/mutants/__init__.py says
+what each holds.
 """
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 
-from exercise_harness import exercise_names, hints, mutants, outcome, solution_sets
+from exercise_harness import (ROOT, accepted, exercise_names, hints, in_place, mutants, outcome, ready_made,
+                              solution_sets)
 
 SETS = solution_sets()
 CASES = [(s, e, m) for s in SETS for e, ms in mutants(s).items() for m in ms]
@@ -24,6 +27,11 @@ def test_every_exercise_has_known_wrong_answers(set_name):
     names, known = exercise_names(set_name), mutants(set_name)
     assert set(names) == set(known), f"exercises without MUTANTS: {set(names) ^ set(known)}"
     assert all(len(m) >= 2 for m in known.values())
+
+
+def test_every_module_of_known_answers_is_a_set():
+    """tests/mutants/ has one module per exercise set and no other (no set's answers left unread)."""
+    assert sorted(p.stem for p in (ROOT / "tests" / "mutants").glob("[0-9]*.py")) == SETS
 
 
 @pytest.mark.parametrize("set_name,exercise", [(s, e) for s in SETS for e in exercise_names(s)])
@@ -106,8 +114,6 @@ def test_check_and_graded_cells_say_which_one_to_run():
     line; the graded one says first that it is the instructor's and need not be run. The setup
     cell binds the names by which a NameError handler tells whether it ran."""
     from course_lib.checks import SETUP_NAMES
-    from exercise_harness import ROOT
-
     for set_name in SETS:
         nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
         setup: dict = {}
@@ -145,8 +151,6 @@ def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
     names, in one line, the cell to run first; other NameErrors keep Python's usual traceback."""
     from jupyter_client.manager import start_new_kernel
 
-    from exercise_harness import ROOT
-
     nb = nbformat.read(ROOT / "exercises" / "01_attention_scores" / "01_attention_scores.ipynb", as_version=4)
     cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
     answer = ("def softmax_rows(x: Tensor) -> Tensor:\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n"
@@ -175,12 +179,11 @@ def test_validate_prints_every_failure_whole(tmp_path):
     stub: each failure is shown whole, in lines that Validate does not cut (it cuts at 87 characters,
     after a 4-space indent, and ends the line with '...')."""
     import os
-    import re
     import subprocess
     import sys
 
     from course_lib.checks import WIDTH
-    from exercise_harness import ROOT, solution_notebook
+    from exercise_harness import solution_notebook
 
     set_name = "01_attention_scores"
     solution = {c.metadata["nbgrader"]["grade_id"]: c.source
@@ -209,80 +212,30 @@ def test_validate_prints_every_failure_whole(tmp_path):
         assert whole in words, printed
 
 
-# Ready-made code under a name no reading of the source catches: refused by what runs.
-CHEATS = {
-    ("01_attention_scores", "softmax_rows"): {
-        "import alias": "from torch.nn.functional import softmax as smax\ndef softmax_rows(x):\n    return smax(x, -1)",
-        "default argument": "import torch.nn.functional as F\ndef softmax_rows(x, f=F.softmax):\n    return f(x, dim=-1)",
-        "getattr": "import torch.nn.functional as F\ndef softmax_rows(x):\n    return getattr(F, 'soft' + 'max')(x, -1)",
-        "course_lib default": "from course_lib import attention_scores as A\ndef softmax_rows(x, f=A.softmax):\n    return f(x)",
-        "in another thread": "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(1)\n"
-                             "def softmax_rows(x):\n    return pool.submit(getattr(torch.special, 'soft' + 'max'), x, -1).result()",
-        "profiling switched off": "import sys\ndef softmax_rows(x):\n    sys.setprofile(None)\n"
-                                  "    return torch._softmax(x, -1, False)",
-        "vmap over the aten kernel": "def softmax_rows(x):\n    rows = x.reshape(-1, x.shape[-1])\n"
-                                     "    out = torch.vmap(lambda r: torch.ops.aten._softmax(r, -1, False))(rows)\n"
-                                     "    return out.reshape(x.shape)",
-    },
-    ("01_attention_scores", "attend"): {
-        "the math kernel of torch's attention, by its dispatcher name": (
-            "def attend(q, k, v, mask=None):\n"
-            "    bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float('-inf'))\n"
-            "    out, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, bias)\n"
-            "    keep = torch.ones(()) if mask is None else mask.any(-1, keepdim=True)\n"
-            "    return torch.where(keep, out, 0.0), torch.where(keep, w, 0.0)"),
-        "multi_head_attention_forward": (
-            "import torch.nn.functional as F\ndef attend(q, k, v, mask=None):\n"
-            "    d, e = q.shape[-1], torch.eye(q.shape[-1])\n"
-            "    q2, k2, v2 = (x.reshape(-1, x.shape[-2], x.shape[-1]).transpose(0, 1) for x in (q, k, v))\n"
-            "    out, w = F.multi_head_attention_forward(q2, k2, v2, d, 1, None, None, None, None, False, 0.0, e, None,\n"
-            "        training=False, use_separate_proj_weight=True, q_proj_weight=e, k_proj_weight=e, v_proj_weight=e)\n"
-            "    return out.transpose(0, 1).reshape(q.shape[:-1] + v.shape[-1:]), w.reshape(q.shape[:-1] + k.shape[-2:-1])"),
-        "module-level alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n"
-                              "def attend(q, k, v, mask=None):\n    w = softmax_rows(score_matrix(q, k).masked_fill(~mask, -1e9) "
-                              "if mask is not None else score_matrix(q, k))\n    return sdpa(q, k, v, attn_mask=mask).nan_to_num(0), w",
-    },
-    ("06_copy", "min_gap"): {
-        "the course's reference in a thread": (
-            "import threading\nfrom course_lib import copy as c\ndef min_gap(n_keys, coherence):\n    out = []\n"
-            "    t = threading.Thread(target=lambda: out.append(getattr(c, 'gap_' + 'needed')(n_keys, coherence)))\n"
-            "    t.start(), t.join()\n    return out[0]"),
-    },
-    ("05_normalization", "rms_norm_rows"): {
-        "getattr": "import torch.nn.functional as F\ndef rms_norm_rows(x, weight, eps=1e-6):\n"
-                   "    return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], weight, eps)",
-    },
-}
-
-
-@pytest.mark.parametrize("set_name,exercise,cheat", [(s, e, c) for (s, e), cs in CHEATS.items() for c in cs])
-def test_ready_made_code_is_refused_under_any_name(set_name, exercise, cheat):
-    result = outcome(set_name, exercise, CHEATS[(set_name, exercise)][cheat])
+@pytest.mark.parametrize("set_name,exercise,answer", [(s, e, a) for s in SETS for e, ans in ready_made(s).items() for a in ans])
+def test_ready_made_code_is_refused_under_any_name(set_name, exercise, answer):
+    result = outcome(set_name, exercise, ready_made(set_name)[exercise][answer])
     assert not result.hidden_passed and any("ready-made" in m or "the course's own" in m for m in result.messages), \
         result.messages
 
 
-# An in-place change to the caller's tensor is caught in every exercise, with a message saying so.
-IN_PLACE = {
-    ("01_attention_scores", "softmax_rows"): "def softmax_rows(x):\n    x -= x.amax(-1, keepdim=True)\n"
-                                             "    x.exp_()\n    return x / x.sum(-1, keepdim=True)",
-    ("01_attention_scores", "row_entropy"): "def row_entropy(w):\n    w[w == 0] = 1.0\n    return -(w * w.log()).sum(-1)",
-}
+@pytest.mark.parametrize("set_name,exercise,answer", [(s, e, a) for s in SETS for e, ans in accepted(s).items() for a in ans])
+def test_right_answers_written_another_way_pass(set_name, exercise, answer):
+    result = outcome(set_name, exercise, accepted(set_name)[exercise][answer])
+    assert result.check_passed and result.hidden_passed, result.messages
 
 
-@pytest.mark.parametrize("set_name,exercise", [k for k, v in IN_PLACE.items() if v])
-def test_in_place_change_of_an_input_is_named(set_name, exercise):
+@pytest.mark.parametrize("set_name,exercise,answer", [(s, e, a) for s in SETS for e, ans in in_place(s).items() for a in ans])
+def test_in_place_change_of_an_input_is_named(set_name, exercise, answer):
     """The visible check catches it; the graded cell starts with that check, so it fails too."""
-    result = outcome(set_name, exercise, IN_PLACE[(set_name, exercise)])
+    result = outcome(set_name, exercise, in_place(set_name)[exercise][answer])
     assert not result.check_passed
-    assert "changed its input" in result.messages[0], result.messages
+    assert re.search(r"changed (its input|the matrices in) `\w+` in place", result.messages[0]), result.messages
 
 
 def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
     """float64 for float32 input: the check (and so the graded cell) says so, not torch's 'Double did not match Float'."""
-    answer = ("def softmax_rows(x):\n    x = x.double()\n"
-              "    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)")
-    result = outcome("01_attention_scores", "softmax_rows", answer)
+    result = outcome("01_attention_scores", "softmax_rows", mutants("01_attention_scores")["softmax_rows"]["returns float64"])
     assert not result.check_passed and not result.hidden_passed
     assert "right values but dtype torch.float64, expected torch.float32" in result.messages[0]
 
@@ -290,7 +243,7 @@ def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
 @pytest.mark.parametrize("set_name,exercise,mutant,words",
                          [(s, e, m, w) for s in SETS for e, ms in hints(s).items() for m, w in ms.items()])
 def test_visible_check_names_the_likely_bug(set_name, exercise, mutant, words):
-    """Each likely wrong answer is told its bug (HINTS in tests/test_<concept>.py)."""
+    """Each likely wrong answer is told its bug (HINTS in tests/mutants/<set>.py)."""
     result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
     assert any(words in message for message in result.messages), result.messages
 

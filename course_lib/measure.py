@@ -1,0 +1,160 @@
+"""Measuring helpers of lesson 02, used again by later lessons: what a computation costs, and
+whether a layer is causal.
+
+Cost: `OperationCounter` counts the arithmetic torch runs inside a `with` block (lesson 08
+counts the multiply-adds of its heads with it, lesson 09 those of a KV cache);
+`operations_per_score` counts, per (query, key) pair, what a dot-product and an additive
+(Bahdanau) score cost; `seconds_per_score` times a score function.
+Causality, three probes of a function of a sequence x: (T, D): `future_perturbation` (change the
+future, watch the past), `influence_matrix` (gradient norms) and `prefix_outputs` (run each
+prefix alone).
+
+It sits on lesson 02's floor, above masks.py (whose AdditiveScorer it counts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .guards import require_choice, require_count, require_float
+from .masks import AdditiveScorer
+
+# ------------------------------------------------------------------ what a computation costs
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the arithmetic torch actually runs inside a `with` block, by kind of operation.
+
+    Matrix products count m*n*k multiply-adds; add/sub, mul/div and tanh count one per output
+    element; shape-only operations (views, transposes) count nothing; anything else is listed
+    under its own name so that no work goes uncounted.
+    """
+
+    MATMULS = ("mm", "bmm", "addmm")
+    KINDS = {"add": "additions", "sub": "additions", "mul": "multiplications", "div": "multiplications",
+             "tanh": "tanh"}
+    SHAPE_ONLY = ("view", "_unsafe_view", "t", "transpose", "unsqueeze", "squeeze", "expand", "slice",
+                  "permute", "reshape", "alias", "detach", "clone", "_to_copy")
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled: without this, torch imports its compiler on the first count
+        # (seconds of a lesson's run time) only to switch it off inside this mode.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in self.MATMULS:
+            a, b = args[-2], args[-1]  # addmm(bias, a, b): the product is of the last two
+            self.counts["multiply-adds"] += a.numel() * b.shape[-1]  # (.., m, k) @ (.., k, n): m*k*n
+            if name == "addmm":
+                self.counts["additions"] += out.numel()
+        elif name in self.KINDS:
+            self.counts[self.KINDS[name]] += out.numel()
+        elif name not in self.SHAPE_ONLY:  # some return a tuple (max) or a number (item)
+            results = out if isinstance(out, (tuple, list)) else (out,)
+            self.counts[name] += sum(r.numel() for r in results if isinstance(r, torch.Tensor))
+        return out
+
+
+def operations_per_score(kind: str, d_k: int, d_hidden: int | None = None, T: int = 6, S: int = 5
+                         ) -> dict[str, float]:
+    """Arithmetic per (query, key) pair, COUNTED while a (T, S) score matrix is computed.
+
+    Only the part that grows with T*S is run: the projections of queries and keys happen
+    once per token for both kinds and are done before counting. "dot": q @ k^T on
+    projected rows of width d_k. "additive": AdditiveScorer.pair_scores on projected rows of
+    width d_hidden (default d_k). Returns {kind of operation: count / (T*S)}.
+    """
+    require_choice("kind", kind, ("dot", "additive"))
+    d_k = require_count("d_k", d_k)
+    d_hidden = d_k if d_hidden is None else require_count("d_hidden", d_hidden)
+    T, S = require_count("T", T), require_count("S", S)
+    gen = torch.Generator().manual_seed(0)
+    width = d_k if kind == "dot" else d_hidden
+    hq, hk = torch.randn(T, width, generator=gen), torch.randn(S, width, generator=gen)  # projected rows
+    scorer = AdditiveScorer(d_k, d_k, d_hidden) if kind == "additive" else None
+    counter = OperationCounter()
+    with torch.no_grad(), counter:
+        scores = hq @ hk.T if scorer is None else scorer.pair_scores(hq, hk)  # (T, S)
+    assert scores.shape == (T, S)
+    return {name: count / (T * S) for name, count in sorted(counter.counts.items())}
+
+
+def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k: Tensor, repeats: int = 20) -> float:
+    """Best-of-`repeats` wall-clock seconds of score_fn(q, k), divided by the number of scores.
+
+    Timing varies from machine to machine and run to run: show it, assert only wide margins.
+    """
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable, got {type(score_fn).__name__}")
+    require_float("q", q, min_rank=2)
+    require_float("k", k, min_rank=2)
+    require_count("repeats", repeats)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            scores = score_fn(q, k)
+            best = min(best, time.perf_counter() - start)
+    return best / scores.numel()
+
+
+# ------------------------------------------------------------------ is a layer causal?
+
+
+def _require_sequence_fn_input(fn: object, x: Tensor) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    require_float("x", x, 2, 2)
+
+
+def future_perturbation(fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0) -> Tensor:
+    """How much the past outputs move when the future inputs change.
+
+    fn maps x: (T, D) to (T, d_out). Entry t of the result (shape (T,)) is the largest
+    |change| of any output row 0..t when every input row after t is replaced by fresh
+    random values. A causal fn gives exactly zeros.
+    """
+    _require_sequence_fn_input(fn, x)
+    require_count("seed", seed, minimum=0)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        reference = fn(x)
+        changes = []
+        for t in range(x.shape[0]):
+            perturbed = x.clone()
+            perturbed[t + 1:] = torch.randn(perturbed[t + 1:].shape, generator=gen, dtype=x.dtype)
+            changes.append((fn(perturbed)[: t + 1] - reference[: t + 1]).abs().max())
+    return torch.stack(changes)  # (T,)
+
+
+def influence_matrix(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """(T, T) gradient norms: entry [t, s] = || d fn(x)[t] / d x[s] || (Frobenius).
+
+    fn maps x: (T, D) to (T, d_out). A causal fn has exact zeros above the diagonal.
+    """
+    _require_sequence_fn_input(fn, x)
+    jacobian = torch.autograd.functional.jacobian(fn, x)  # (T, d_out, T, D)
+    return jacobian.pow(2).sum(dim=(1, 3)).sqrt()  # (T, T)
+
+
+def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """Row t = the last output row of fn run on the prefix x[:t+1] alone.
+
+    x: (T, D) -> (T, d_out). With a causal fn this equals fn(x): one forward pass gives
+    every prefix's answer, which is why a decoder trains on all positions in parallel.
+    """
+    _require_sequence_fn_input(fn, x)
+    return torch.stack([fn(x[: t + 1])[-1] for t in range(x.shape[0])])  # (T, d_out)
