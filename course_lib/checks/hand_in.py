@@ -144,13 +144,24 @@ def collect(spec: Exercise, fn: Callable, seed: int) -> dict:
     return {"exercise": spec.name, "results": results, "ops": sorted(ops)}
 
 
+def _tensors_in(args: object) -> list[Tensor]:
+    """Every tensor an argument holds, inside lists, tuples and dicts too (rollout takes a list)."""
+    if isinstance(args, Tensor):
+        return [args]
+    if isinstance(args, dict):
+        args = list(args.values())
+    if isinstance(args, (list, tuple)):
+        return [t for a in args for t in _tensors_in(a)]
+    return []
+
+
 def _call(fn: Callable, case: Case) -> dict:
-    before = [a.detach().clone() for a in case.args if isinstance(a, Tensor)]
+    before = [a.detach().clone() for a in _tensors_in(case.args)]
     try:
         got = case.run(fn) if case.run is not None else fn(*case.args)
     except Exception as error:  # a wrong answer may raise: that is its result
         return {"raised": type(error).__name__, "message": str(error)[:300]}
-    after = [a for a in case.args if isinstance(a, Tensor)]
+    after = _tensors_in(case.args)
     if any(x.shape != y.shape or not torch.equal(x.nan_to_num(0.5), y.nan_to_num(0.5)) for x, y in zip(before, after)):
         return {"changed_input": True}
     return {"value": encode(got)}

@@ -13,6 +13,6 @@ and, where a set needs them:
     READY_MADE  ready-made code under a name no reading of the source catches: the hidden tests
                 refuse it, saying so.
     IN_PLACE    answers that change their input in place, beyond the MUTANTS named "... in
-                place": the visible check names the change.
+                place": the visible check names the change, and the hidden tests count it wrong.
 tests/test_exercises.py runs every one of them, in every set, through the same tests.
 """
