@@ -29,6 +29,7 @@ Authentication, one of two:
 
 import json
 import os
+import pwd
 import sys
 from pathlib import Path
 
@@ -38,6 +39,7 @@ STATE = Path(os.environ.get("TR_HUB_STATE", "/srv/transformer-roots-hub"))
 CLASS = json.loads((STATE / "class.json").read_text())  # written by `hub.py setup`
 IP = os.environ.get("TR_HUB_IP", "")
 PORT = int(os.environ.get("TR_HUB_PORT", "8000"))
+RUNTIME = ".jr"  # kept short: see hub.py's MAX_HOME
 
 c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
@@ -93,7 +95,15 @@ c.Spawner.environment = {
     # id, exchange folder). Each user's own ~/.jupyter (also made by setup) names the server
     # extensions their server runs.
     "JUPYTER_CONFIG_PATH": str(STATE / "etc" / "jupyter"),
+    # Kernel sockets (below) and the server's runtime files: in the user's home, on a short path.
+    "JUPYTER_RUNTIME_DIR": lambda spawner: f"{pwd.getpwnam(spawner.user.name).pw_dir}/{RUNTIME}",
 }
+# Kernels talk to their server over unix sockets, not TCP ports. When a class starts together,
+# servers that each pick "free" TCP ports for their kernels at the same moment collide: with 16
+# students starting at once (scripts/hub_sizing.py), kernels died with "Address already in use"
+# and their students' websockets closed. A socket file in the user's own home cannot collide,
+# and only its user can open it.
+c.Spawner.args = ["--KernelManager.transport=ipc"]
 # A first start imports torch and JupyterLab from a cold disk: allow it time.
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

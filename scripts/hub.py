@@ -158,9 +158,17 @@ def chown_tree(path: Path, user: str) -> None:
             os.chown(os.path.join(folder, name), entry.pw_uid, entry.pw_gid)
 
 
+# A kernel's socket is <home>/.jr/kernel-<36-character id>-ipc-<1..5> (hub/jupyterhub_config.py),
+# and a unix socket's path holds at most 107 bytes: 53 of them are taken after the home.
+MAX_HOME = 107 - len("/.jr/kernel-") - 36 - len("-ipc-5")
+
+
 def create_user(member: Member, homes: Path) -> str:
     """A unix user with a home only they can enter; returns their first password."""
     home = homes / member.id
+    if len(str(home).encode()) > MAX_HOME:
+        raise SystemExit(f"{home}: a home path this long ({len(str(home).encode())} bytes) leaves no room for "
+                         f"the kernels' socket paths (at most {MAX_HOME} bytes): choose a shorter --homes")
     # bash, so that JupyterLab's terminal works (and `passwd` changes the password).
     run("useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash", "--user-group",
         "--comment", member.name.replace(":", " "), member.id)
