@@ -142,11 +142,20 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
            scale: float) -> tuple[Tensor, Tensor]:
     """scaled_dot_product_attention on checked input: the lines every layer of the course runs."""
-    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than the scores
+    scores = _product(q * scale, k.mT)  # (..., T, S); scaling q is cheaper than the scores
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     weights = _softmax(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
-    return weights @ v, weights  # (..., T, d_v)
+    return _product(weights, v), weights  # (..., T, d_v)
+
+
+def _product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b. Two (B, n, m) and (B, m, p) go straight to torch.bmm, which @ would call after
+    checking, expanding and reshaping them: at a sentence's size those steps cost more than the
+    product itself, and the numbers are the same."""
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
+    return a @ b
 
 
 def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:

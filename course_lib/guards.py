@@ -43,8 +43,8 @@ def require_integer(name: str, x: object, min_rank: int = 0, max_rank: int | Non
 
 def require_same_dtype(**tensors: Tensor | None) -> None:
     """Every given tensor (None skipped) has the same dtype."""
-    given = {name: t.dtype for name, t in tensors.items() if t is not None}
-    if len(set(given.values())) > 1:
+    if len({t.dtype for t in tensors.values() if t is not None}) > 1:  # the message only when it raises
+        given = {name: t.dtype for name, t in tensors.items() if t is not None}
         listed = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
         raise TypeError(f"{', '.join(given)} must share one dtype, got {listed}")
 
