@@ -52,9 +52,11 @@ def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Ten
         logits = logits - row_max
     exps = logits.exp()
     total = exps.sum(dim=dim, keepdim=True)
-    # total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1); where none is,
-    # dividing by 1 instead of 0 gives zeros, and a gradient of 0 (not 0 * inf = NaN).
-    total = torch.where(total > 0, total, torch.ones_like(total))
+    # Stable: total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1), so clamping
+    # at 1 changes only the slices with none left: dividing by 1 instead of 0 gives zeros, and a
+    # gradient of 0 (not 0 * inf = NaN). One call, as attention runs this at every step. Naive: a
+    # total can be anywhere in (0, 1), so only an exact 0 becomes 1.
+    total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
     return exps / total
 
 
@@ -63,8 +65,9 @@ def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
     return softmax(logits, dim, stable=False)
 
 
-def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
-    """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together: names the shapes at fault."""
+def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> torch.Size:
+    """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together: names the shapes at fault.
+    Returns the scores' batch dimensions: q's and k's, broadcast."""
     require_float("q", q, min_rank=2)
     require_float("k", k, min_rank=2)
     if v is not None:
@@ -83,9 +86,10 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> None:
         raise ValueError(
             f"k and v must have the same number of positions S: k has shape {tuple(k.shape)} "
             f"(S={k.shape[-2]}), v has shape {tuple(v.shape)} (S={v.shape[-2]})")
-    batch = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions", tuple(k.shape[:-2]))
+    batch = broadcast_shape("q's batch dimensions", q.shape[:-2], "k's batch dimensions", k.shape[:-2])
     if v is not None:
-        broadcast_shape("q's and k's batch dimensions", tuple(batch), "v's batch dimensions", tuple(v.shape[:-2]))
+        broadcast_shape("q's and k's batch dimensions", batch, "v's batch dimensions", v.shape[:-2])
+    return batch
 
 
 def default_scale(d_k: int) -> float:
@@ -129,22 +133,29 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     (..., T, S)); output row t is sum_s weights[t, s] v_s. A query with no allowed key gets zero
     weights and a zero output row (not NaN).
     """
-    check_qkv(q, k, v)
+    batch = check_qkv(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
-    scores_shape = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions",
-                                   tuple(k.shape[:-2])) + (q.shape[-2], k.shape[-2])
-    check_mask_and_bias(mask, bias, tuple(scores_shape))
+    check_mask_and_bias(mask, bias, tuple(batch) + (q.shape[-2], k.shape[-2]))
     return _attend(q, k, v, mask, bias, scale)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
            scale: float) -> tuple[Tensor, Tensor]:
     """scaled_dot_product_attention on checked input: the lines every layer of the course runs."""
-    scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S); scaling q is cheaper than the scores
+    scores = _product(q * scale, k.mT)  # (..., T, S); scaling q is cheaper than the scores
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     weights = _softmax(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
-    return weights @ v, weights  # (..., T, d_v)
+    return _product(weights, v), weights  # (..., T, d_v)
+
+
+def _product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b. Two (B, n, m) and (B, m, p) go straight to torch.bmm, which @ would call after
+    checking, expanding and reshaping them: at a sentence's size those steps cost more than the
+    product itself, and the numbers are the same."""
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
+    return a @ b
 
 
 def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:

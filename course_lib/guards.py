@@ -43,8 +43,8 @@ def require_integer(name: str, x: object, min_rank: int = 0, max_rank: int | Non
 
 def require_same_dtype(**tensors: Tensor | None) -> None:
     """Every given tensor (None skipped) has the same dtype."""
-    given = {name: t.dtype for name, t in tensors.items() if t is not None}
-    if len(set(given.values())) > 1:
+    if len({t.dtype for t in tensors.values() if t is not None}) > 1:  # the message only when it raises
+        given = {name: t.dtype for name, t in tensors.items() if t is not None}
         listed = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
         raise TypeError(f"{', '.join(given)} must share one dtype, got {listed}")
 
@@ -100,6 +100,8 @@ def require_width(name: str, x: Tensor, width: int) -> None:
 
 def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> torch.Size:
     """NumPy's rule, written out: torch.broadcast_shapes imports sympy (half a second) on first use."""
+    if a == b:  # the usual case (q and k with the same batch), at every attention call: nothing to pad
+        return torch.Size(a)
     n = max(len(a), len(b))
     padded_a, padded_b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     if any(x != y and 1 not in (x, y) for x, y in zip(padded_a, padded_b)):
@@ -119,7 +121,9 @@ def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
     require_tensor(name, ids, 2, 2)  # and integers, checked here: a model's forward calls this every time
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers, got dtype {ids.dtype}")
-    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
-        raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(ids.min())} "
-                         f"to {int(ids.max())} in {name} of shape {tuple(ids.shape)}")
+    if ids.numel():
+        low, high = torch.aminmax(ids)  # one pass over the ids, at every forward
+        if not (0 <= int(low) and int(high) < vocab_size):
+            raise ValueError(f"{name} must be token ids in 0..{vocab_size - 1}, got values from {int(low)} "
+                             f"to {int(high)} in {name} of shape {tuple(ids.shape)}")
     return ids

@@ -92,38 +92,52 @@ class Adam:
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  p <- p - lr * m_hat / (sqrt(v_hat) + eps),
     with m_hat = m / (1 - b1^t) and v_hat = v / (1 - b2^t) undoing the zero start.
+
+    A tiny model's step is per-call overhead, not arithmetic, so m and v are each kept as one
+    flat vector (when the parameters share one dtype, as in every model of the course) and a
+    step is one call per operation on all parameters at once. The operations are element-wise,
+    so each number is the same as one parameter at a time.
     """
 
     def __init__(self, parameters: list[Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8):
         self.parameters, self.lr, self.betas, self.eps = parameters, lr, betas, eps
-        self.m = [torch.zeros_like(p) for p in parameters]
-        self.v = [torch.zeros_like(p) for p in parameters]
         self.t = 0
+        self.sizes = [p.numel() for p in parameters]
+        if len({p.dtype for p in parameters}) == 1:
+            self.flat_m = torch.zeros(sum(self.sizes), dtype=parameters[0].dtype)
+            self.flat_v = torch.zeros_like(self.flat_m)
+            # parameter i's m and v are its stretch of the flat vectors (views, shaped like it)
+            self.m = [part.view_as(p) for part, p in zip(self.flat_m.split(self.sizes), parameters)]
+            self.v = [part.view_as(p) for part, p in zip(self.flat_v.split(self.sizes), parameters)]
+        else:
+            self.flat_m = self.flat_v = None
+            self.m = [torch.zeros_like(p) for p in parameters]
+            self.v = [torch.zeros_like(p) for p in parameters]
 
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
-        b1, b2 = self.betas
         live = [i for i, p in enumerate(self.parameters) if p.grad is not None]
         if not live:
             return
-        params = [self.parameters[i] for i in live]
-        grads = [p.grad for p in params]
-        m, v = [self.m[i] for i in live], [self.v[i] for i in live]
-        # the same element-wise ops as one loop per parameter (same digits), in one call per op
-        # for all parameters: a tiny model's step is per-call overhead, not arithmetic
-        torch._foreach_mul_(m, b1)
-        torch._foreach_add_(m, grads, alpha=1 - b1)
-        torch._foreach_mul_(v, b2)
-        torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
-        m_hat = torch._foreach_div(m, 1 - b1 ** self.t)
-        v_hat = torch._foreach_div(v, 1 - b2 ** self.t)
-        denominator = torch._foreach_sqrt(v_hat)
-        torch._foreach_add_(denominator, self.eps)
-        update = torch._foreach_mul(m_hat, self.lr)  # lr * m_hat / (sqrt(v_hat) + eps)
-        torch._foreach_div_(update, denominator)
-        torch._foreach_sub_(params, update)
+        if self.flat_m is not None and len(live) == len(self.parameters):
+            grads = torch.cat([p.grad.reshape(-1) for p in self.parameters])  # one vector, like m and v
+            updates = self._updates(self.flat_m, self.flat_v, grads).split(self.sizes)
+            torch._foreach_sub_(self.parameters, [u.view_as(p) for u, p in zip(updates, self.parameters)])
+            return
+        # some parameter got no gradient (its m and v stay as they are) or the dtypes differ: one
+        # parameter at a time
+        for i in live:
+            self.parameters[i].sub_(self._updates(self.m[i], self.v[i], self.parameters[i].grad))
+
+    def _updates(self, m: Tensor, v: Tensor, grad: Tensor) -> Tensor:
+        """Update m and v in place with the gradient; return lr * m_hat / (sqrt(v_hat) + eps)."""
+        b1, b2 = self.betas
+        m.mul_(b1).add_(grad, alpha=1 - b1)
+        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        denominator = (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps)
+        return (m / (1 - b1 ** self.t)).mul_(self.lr).div_(denominator)
 
 
 class Progress:

@@ -33,6 +33,27 @@ def test_train_takes_torch_optims_steps(optimizer, torch_rule):
     assert losses[-1] < losses[0] / 2
 
 
+def test_adams_flat_step_is_bit_for_bit_its_per_parameter_step():
+    """Adam steps all parameters as one flat vector when each has a gradient and they share a
+    dtype; otherwise one at a time. Both must give the same numbers, to the last bit: a lesson's
+    printed digits must not depend on which one ran."""
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(16, 32), (32,), (), (5, 3)]
+    flat = [torch.randn(s, generator=gen) for s in shapes]
+    apart = [p.clone() for p in flat]
+    idle = torch.zeros(2)  # never gets a gradient, so its Adam takes the per-parameter path
+    flat_rule, apart_rule = training.Adam(flat, 0.02), training.Adam(apart + [idle], 0.02)
+    assert flat_rule.flat_m is not None
+    for _ in range(40):
+        for p, q in zip(flat, apart):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        flat_rule.step()
+        apart_rule.step()
+    assert all(torch.equal(p, q) for p, q in zip(flat, apart))
+    assert torch.equal(idle, torch.zeros(2))
+
+
 def test_train_returns_the_loss_of_every_step_and_lowers_it():
     x, y, w0 = _problem(1)
     w = w0.clone().requires_grad_(True)
