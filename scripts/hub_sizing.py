@@ -37,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from student_sim import Student, code_cells  # noqa: E402
 
 MOVES, PAUSE_S = 40, 0.15
+# tornado's client sends 10 requests at a time by default and fails the rest after 20 s in its
+# queue: a class of 32 polling its servers' start waits longer than that.
+AsyncHTTPClient.configure(None, max_clients=1000)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,6 +64,13 @@ async def start_server(hub: str, token: str, user: str) -> float:
     while not (await api(hub, token, "GET", f"users/{user}"))["servers"].get("", {}).get("ready"):
         await asyncio.sleep(0.1)
     return time.perf_counter() - start
+
+
+async def stop_server(hub: str, token: str, user: str) -> None:
+    """Stop the user's server and wait until it is gone (a new start is refused until then)."""
+    await api(hub, token, "DELETE", f"users/{user}/server")
+    while (await api(hub, token, "GET", f"users/{user}"))["servers"]:
+        await asyncio.sleep(0.2)
 
 
 async def student_token(hub: str, token: str, user: str) -> str:
@@ -98,7 +108,7 @@ async def one_class(hub: str, token: str, users: list[str], moves: int = MOVES,
     await asyncio.gather(*(s.move_slider(moves, pause_s) for s in students))
     memory = [pss_mb(pwd.getpwnam(u).pw_uid) for u in users]  # server + kernel, lesson run
     await asyncio.gather(*(s.stop() for s in students))
-    await asyncio.gather(*(api(hub, token, "DELETE", f"users/{u}/server") for u in users))
+    await asyncio.gather(*(stop_server(hub, token, u) for u in users))
     runs = [s.run for s in students]
     trips = [t for r in runs for t in r.round_trips_ms]
     return {"students": len(users), "n_round_trips": len(trips), "server_start_s": statistics.median(spawns),
