@@ -24,7 +24,6 @@ import json
 import os
 import pwd
 import secrets
-import socket
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Iterator
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_driver import free_port  # noqa: E402
 from student_sim import Student, code_cells  # noqa: E402
 
 MOVES, PAUSE_S = 40, 0.15
@@ -152,11 +152,6 @@ def throwaway_class(n_students: int, state: Path, log: Path, idle_seconds: int |
     """A class of n made-up students on a hub of its own, on free local ports, in test mode;
     yields (the hub's URL, an instructor's API token, the students' ids). Removed after."""
     import hub as hubs  # scripts/hub.py
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
 
     users = [f"trsize{i:03d}" for i in range(n_students)]
     roster = state.parent / f"{state.name}-roster.csv"

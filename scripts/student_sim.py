@@ -6,7 +6,7 @@ the kernel's messages (Jupyter's JSON protocol), and a slider is moved by sendin
 that message to the kernel's update of the widget's view: the browser's drawing is not in
 it (the browser test measures that), the server's, the proxy's and the kernel's work are.
 
-Used by scripts/hub_sizing.py (many students on one hub) and tests/test_hub.py.
+Used by scripts/hub_sizing.py (many students on one hub) and, through it, tests/test_hub_sizing.py.
 """
 
 from __future__ import annotations
@@ -148,20 +148,6 @@ class Student:
         self.connection.close()
         await self.http.fetch(HTTPRequest(f"{self.base}api/kernels/{self.kernel}", method="DELETE",
                                           headers=self.headers))
-
-
-async def simulate(name: str, base: str, token: str, moves: int, pause_s: float,
-                   cells: list[str] | None = None) -> StudentRun:
-    """Start a kernel, run lesson 01, move its slider, stop: one student from start to end."""
-    student = Student(name, base, token)
-    try:
-        await student.start()
-        await student.run_lesson(cells or code_cells())
-        await student.move_slider(moves, pause_s)
-        await student.stop()
-    except Exception as error:  # one student's failure is reported, the others go on
-        student.run.error = f"{type(error).__name__}: {error}"
-    return student.run
 
 
 async def _view_changed(channel: KernelChannel, slider: str, timeout: float = 30) -> None:
