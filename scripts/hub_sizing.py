@@ -33,6 +33,7 @@ from typing import Iterator
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hub as hubs  # noqa: E402  (scripts/hub.py)
 from lab_driver import free_port  # noqa: E402
 from student_sim import Student, code_cells  # noqa: E402
 
@@ -82,16 +83,12 @@ async def student_token(hub: str, token: str, user: str) -> str:
 def pss_mb(uid: int) -> float:
     """Proportional set size of every process the unix user runs, in MB."""
     total_kb = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in hubs.processes_of(uid):
         try:
-            if entry.stat().st_uid != uid:
-                continue
-            for line in (entry / "smaps_rollup").read_text().splitlines():
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
                     total_kb += int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+        except OSError:
             continue  # a process that ended while we read
     return total_kb / 1024
 
@@ -151,8 +148,6 @@ def throwaway_class(n_students: int, state: Path, log: Path, idle_seconds: int |
                     ) -> Iterator[tuple[str, str, list[str]]]:
     """A class of n made-up students on a hub of its own, on free local ports, in test mode;
     yields (the hub's URL, an instructor's API token, the students' ids). Removed after."""
-    import hub as hubs  # scripts/hub.py
-
     users = [f"trsize{i:03d}" for i in range(n_students)]
     roster = state.parent / f"{state.name}-roster.csv"
     roster.write_text("student_id,name\n" + "".join(f"{u},Student {u}\n" for u in users))
