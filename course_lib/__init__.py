@@ -14,7 +14,7 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN
-    copy                 06  copying by position and by content (the induction head), by hand
+    copying              06  copying by position and by content (the induction head), by hand
                              and trained; what linear attention cannot copy
     logic_rules          07  composing relations: a head that mixes, lesson 06's head that
                              copies, where a fixed mix stops, the MLP, rule capacity

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import Attention
-from .copy import position_copy_head
+from .copying import position_copy_head
 from .guards import require_count, require_integer, require_number, require_token_ids
 from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
 from .training import progress_bar, run_each

@@ -1,7 +1,7 @@
 """Screenshots of what a learner sees: each cell's output area of a notebook, as JupyterLab in
 headless Chromium shows it (the committed outputs; nothing is run).
 
-Usage: python scripts/screenshots.py OUT_DIR notebooks/06_copy.ipynb [...] [--cells 3,10,19]
+Usage: python scripts/screenshots.py OUT_DIR notebooks/06_copying.ipynb [...] [--cells 3,10,19]
 Writes OUT_DIR/<notebook>-cellNN.png for every code cell with output (or the listed cells),
 and prints the path of each, with the widest line of text output in characters, so that a
 line that would wrap mid-word is caught without reading every picture.

@@ -30,7 +30,7 @@ from course_lib.attention_graph import (
     token_ablation,
     with_residual,
 )
-from course_lib.copy import hand_set_induction_model
+from course_lib.copying import hand_set_induction_model
 
 def random_weights(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -15,7 +15,7 @@ from torch import Tensor
 from ..attention_graph import (RETRIEVAL_TRIALS, attention_rollout, hopfield_run, hopfield_update,
                                noisy_queries, random_patterns, retrieved, token_ablation,
                                with_residual)
-from ..copy import hand_set_induction_model
+from ..copying import hand_set_induction_model
 from ..model import DecoderOnly
 from ..plots import _svg_open, svg_bars, svg_curve
 from . import LiveView, row

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..copy import (gap_needed, hand_set_induction_model, induction_batch, ov_circuit, ov_copy_scores,
+from ..copying import (gap_needed, hand_set_induction_model, induction_batch, ov_circuit, ov_copy_scores,
                     position_copy_head)
 from ..model import IGNORE
 from . import call, compare, exercise_check, passed

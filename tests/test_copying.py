@@ -1,6 +1,6 @@
 """Lesson 06: the copy mechanism. Hand-set heads checked over every token and position,
 against closed forms and torch's own softmax/attention; the seed's linear-attention argument;
-training; bad input. (Set 06's known answers: tests/mutants/06_copy.py.)"""
+training; bad input. (Set 06's known answers: tests/mutants/06_copying.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.copy import (BOS, coherence, content_copy_head, copy_accuracies, copy_accuracy,
+from course_lib.copying import (BOS, coherence, content_copy_head, copy_accuracies, copy_accuracy,
                              copy_batch, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
                              induction_scores, linear_attention, linear_copy_fit, matching_keys,
@@ -480,7 +480,7 @@ def test_training_without_filler_learns_a_shortcut(seed):
 # ---------------------------------------------------------------- widget
 
 def test_gap_widget_renders_every_setting_and_reads_the_formula():
-    from course_lib.widgets.copy import GAPS, LENGTH, WIDTHS, gap_widget
+    from course_lib.widgets.copying import GAPS, LENGTH, WIDTHS, gap_widget
 
     view = gap_widget()
     for width in WIDTHS:

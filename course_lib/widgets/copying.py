@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..copy import (coherence, copy_accuracy, every_token_everywhere, gap_needed,
+from ..copying import (coherence, copy_accuracy, every_token_everywhere, gap_needed,
                     hand_set_copy_model, source_weight, token_codes)
 from ..plots import svg_bars, svg_curve
 from . import LiveView, row
@@ -19,7 +19,7 @@ N_SHOWN = 8  # sequences the learner can pick
 def gap_widget(seed: int = 0) -> LiveView:
     """Score gap, code width, positions on/off, a sequence and a query.
 
-    Everything is computed at build time with the hand-set model (course_lib.copy), one model
+    Everything is computed at build time with the hand-set model (course_lib.copying), one model
     per width and positions setting, its query weights rescaled for each gap (they are the
     gap times a fixed pattern); a redraw only formats the stored accuracy, weights and
     predictions.

@@ -20,7 +20,7 @@ MUTANTS = {
         "no bounds check": "def position_query_weights(max_len, offset, gap):\n"
                            "    w = torch.zeros(max_len, max_len, dtype=torch.float64)\n"
                            "    for p in range(max_len):\n        w[p, p + offset] = gap\n    return w",
-        "calls the course's position_copy_head": "from course_lib.copy import position_copy_head as h\n"
+        "calls the course's position_copy_head": "from course_lib.copying import position_copy_head as h\n"
                                                  "def position_query_weights(max_len, offset, gap):\n"
                                                  "    q = h(max_len + 1, offset, slice(0, 1), slice(1, max_len + 1), gap=gap,\n"
                                                  "          dtype=torch.float64).query.weight[1:, 1:].T\n"
@@ -36,7 +36,7 @@ MUTANTS = {
                         "    return (n_keys - 1) * (1 + coherence) / (1 - coherence)",
         "overlap term without its log": "def min_gap(n_keys, coherence):\n"
                                         "    return math.log(n_keys - 1) + (1 + coherence) / (1 - coherence)",
-        "calls the course's gap_needed": "from course_lib import copy as c\n"
+        "calls the course's gap_needed": "from course_lib import copying as c\n"
                                          "def min_gap(n_keys, coherence):\n    return c.gap_needed(n_keys, coherence)",
     },
     "ov_lookup_accuracy": {
@@ -55,7 +55,7 @@ MUTANTS = {
         "mean of booleans": "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
                             "    ov = w_e @ w_v @ w_o @ w_u\n"
                             "    return float((ov.argmax(-1) == torch.arange(len(ov))).mean())",
-        "calls the course's ov_copy_scores": "from course_lib.copy import ov_copy_scores\n"
+        "calls the course's ov_copy_scores": "from course_lib.copying import ov_copy_scores\n"
                                              "def ov_lookup_accuracy(w_e, w_v, w_o, w_u):\n"
                                              "    return ov_copy_scores(w_e @ w_v @ w_o @ w_u)[0]",
     },
@@ -136,7 +136,7 @@ HINTS = {
 READY_MADE = {
     "min_gap": {
         "the course's reference in a thread": (
-            "import threading\nfrom course_lib import copy as c\ndef min_gap(n_keys, coherence):\n    out = []\n"
+            "import threading\nfrom course_lib import copying as c\ndef min_gap(n_keys, coherence):\n    out = []\n"
             "    t = threading.Thread(target=lambda: out.append(getattr(c, 'gap_' + 'needed')(n_keys, coherence)))\n"
             "    t.start(), t.join()\n    return out[0]"),
     },
