@@ -6,32 +6,33 @@ the pieces the lesson permutes and measures:
 
     check_permutation / permute_tokens / inverse_permutation / random_permutation   reorder token rows
     linear, self_attention                          projections with optional biases, then lesson 01's attention
-    encoder_block, EncoderBlockParams               a small single-head post-LN block: LN(x + Attn(x))
-    torch_layer_norm, norm_over_tokens              the block's norm, and a norm that mixes tokens
+    random_block                                    the course's Block (lesson 02), one head, post-LN, random weights
+    without_biases, res_post, with_token_norms      copies of it with biases dropped, norms moved, norms over tokens
+    norm_over_tokens                                a norm that mixes tokens
     equivariance_gap, match_rows, describe_gap      the measurements
     bias_after_norm                                 what is left of a bias after BatchNorm / LayerNorm
 
 Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, d_ff the FFN width;
-a leading "..." means any batch dimensions. The encoder block here is only as much of a block
-as this lesson needs (one head, post-LN, ReLU FFN); lesson 09 builds the full one.
+a leading "..." means any batch dimensions. The block is the course's one Block, from the model
+file lesson 02 introduces; the lesson's variants are copies of it with a piece changed.
 The layers follow the lessons: attention comes from lesson 01 (the one attention path), the
-causal mask from lesson 02; the block's LayerNorm is torch's own F.layer_norm (lesson 05 writes
-it out), and position vectors are whatever the caller adds to the tokens (lesson 04 builds them).
+causal mask from lesson 02; the block's LayerNorm is torch's nn.LayerNorm (lesson 05 writes it
+out), and position vectors are whatever the caller adds to the tokens (lesson 04 builds them).
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention_scores import project_qkv, scaled_dot_product_attention
-from .guards import require_count, require_float, require_integer, require_number, require_same_dtype, require_tensor
-from .model import Block, ModelConfig, from_torch
+from .guards import (require_choice, require_count, require_float, require_integer, require_number,
+                     require_same_dtype, require_tensor, require_width)
+from .model import Block, ModelConfig
 
 # ---------------------------------------------------------------- permutations
 
@@ -141,110 +142,74 @@ def self_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, b_q: Tensor
     return scaled_dot_product_attention(q, k, v, mask=mask)
 
 
-# ---------------------------------------------------------------- a small encoder block
+# ---------------------------------------------------------------- the block, and variants of it
+
+PROJECTIONS = ("query", "key", "value", "out")
 
 
-@dataclass
-class EncoderBlockParams:
-    """Weights of a single-head encoder block; matrices act on rows (x @ W).
+def random_block(D: int, d_ff: int, generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float32) -> Block:
+    """The course's one Block (course_lib/model.py): one head, post-LN, a ReLU FFN of width d_ff,
+    every bias on, with random weights drawn from `generator`. x: (..., T, D) -> block(x)[0]: (..., T, D).
 
-    w_q, w_k, w_v, w_o: (D, D); w_1: (D, d_ff); w_2: (d_ff, D); b_*: matching vectors or None;
-    ln1_*, ln2_*: (D,) LayerNorm gain (weight) and shift (bias).
+    Matrices are N(0, 1/fan_in), so activations stay near unit size as with nn.Linear's own
+    initialisation; biases are N(0, 0.25), larger than nn.Linear's, so that dropping one changes
+    the output visibly; LayerNorm gains are 1 + N(0, 0.01) and shifts N(0, 0.01). The lesson
+    trains nothing, so the weights take no gradient.
     """
-
-    w_q: Tensor
-    w_k: Tensor
-    w_v: Tensor
-    w_o: Tensor
-    w_1: Tensor
-    w_2: Tensor
-    ln1_weight: Tensor
-    ln1_bias: Tensor
-    ln2_weight: Tensor
-    ln2_bias: Tensor
-    b_q: Tensor | None = None
-    b_k: Tensor | None = None
-    b_v: Tensor | None = None
-    b_o: Tensor | None = None
-    b_1: Tensor | None = None
-    b_2: Tensor | None = None
-    eps: float = 1e-5
-
-    @classmethod
-    def random(cls, D: int, d_ff: int, generator: torch.Generator | None = None,
-               dtype: torch.dtype = torch.float32, bias: bool = True) -> "EncoderBlockParams":
-        """Random weights at the scale nn.Linear uses (so activations stay near unit size)."""
-        require_count("D", D)
-        require_count("d_ff", d_ff)
-
-        def mat(rows: int, cols: int) -> Tensor:
-            return torch.randn(rows, cols, generator=generator, dtype=dtype) / math.sqrt(rows)
-
-        def vec(n: int, scale: float = 0.5) -> Tensor:
-            return torch.randn(n, generator=generator, dtype=dtype) * scale
-
-        return cls(w_q=mat(D, D), w_k=mat(D, D), w_v=mat(D, D), w_o=mat(D, D), w_1=mat(D, d_ff), w_2=mat(d_ff, D),
-                   ln1_weight=1 + vec(D, 0.1), ln1_bias=vec(D, 0.1), ln2_weight=1 + vec(D, 0.1), ln2_bias=vec(D, 0.1),
-                   **({"b_q": vec(D), "b_k": vec(D), "b_v": vec(D), "b_o": vec(D), "b_1": vec(d_ff), "b_2": vec(D)}
-                      if bias else {}))
-
-    @classmethod
-    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderBlockParams":
-        """Copy the weights of a one-head, ReLU nn.TransformerEncoderLayer, through the course's one
-        copy from torch (course_lib.model.from_torch into a Block), then into rows-times-matrix form.
-
-        Run a norm_first=True layer with encoder_block(..., layout="pre").
-        """
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(f"layer must be an nn.TransformerEncoderLayer, got {type(layer).__name__}")
-        attn = layer.self_attn
-        if attn.num_heads != 1 or layer.activation_relu_or_gelu != 1:
-            raise ValueError("from_torch copies only nhead=1, activation='relu' layers, got "
-                             f"nhead={attn.num_heads}, activation={layer.activation}")
-        config = ModelConfig(d_model=attn.embed_dim, d_ff=layer.linear1.out_features, eps=layer.norm1.eps,
-                             norm="pre" if layer.norm_first else "post", bias=attn.in_proj_bias is not None)
-        block = Block(config).to(attn.in_proj_weight.dtype)
-        from_torch(block, layer)
-        a, f = block.attention, block.ffn
-        bias = (lambda linear: None if linear.bias is None else linear.bias.detach())
-        return cls(w_q=a.query.weight.detach().T, w_k=a.key.weight.detach().T, w_v=a.value.weight.detach().T,
-                   w_o=a.out.weight.detach().T, w_1=f.linear1.weight.detach().T, w_2=f.linear2.weight.detach().T,
-                   ln1_weight=block.norms[0].weight.detach(), ln1_bias=block.norms[0].bias.detach(),
-                   ln2_weight=block.norms[1].weight.detach(), ln2_bias=block.norms[1].bias.detach(),
-                   b_q=bias(a.query), b_k=bias(a.key), b_v=bias(a.value), b_o=bias(a.out),
-                   b_1=f.linear1.bias.detach(), b_2=f.linear2.bias.detach(), eps=config.eps)
-
-    def replace(self, **changes: Tensor | None) -> "EncoderBlockParams":
-        """A copy with some fields changed (e.g. b_k=None to drop the key bias)."""
-        unknown = set(changes) - {f.name for f in fields(self)}
-        if unknown:
-            raise ValueError(f"EncoderBlockParams has no field(s) {sorted(unknown)}")
-        return EncoderBlockParams(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})
+    config = ModelConfig(d_model=require_count("D", D), d_ff=require_count("d_ff", d_ff), norm="post")
+    with torch.random.fork_rng():  # the Block's own initial draw must not move the caller's global seed
+        block = Block(config).to(dtype).requires_grad_(False)
+    for name, p in block.named_parameters():
+        noise = torch.randn(p.shape, generator=generator, dtype=dtype)
+        if name.startswith("norms."):
+            p.copy_(noise * 0.1 + (1.0 if name.endswith("weight") else 0.0))
+        elif name.endswith("bias"):
+            p.copy_(noise * 0.5)
+        else:  # an nn.Linear weight, (out, in): each output sums `in` terms
+            p.copy_(noise / math.sqrt(p.shape[1]))
+    return block
 
 
-Norm = Callable[[Tensor, "Tensor | None", "Tensor | None", float], Tensor]  # norm(x, weight, bias, eps)
+def without_biases(block: Block, *projections: str) -> Block:
+    """A copy of `block` whose attention has no bias in the named projections ("query", "key",
+    "value", "out"); `block` is left as it is."""
+    for name in projections:
+        require_choice("projection", name, PROJECTIONS)
+    variant = copy.deepcopy(block)
+    for name in projections:
+        getattr(variant.attention, name).bias = None  # nn.Linear then adds nothing
+    return variant
 
 
-def _require_norm_inputs(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, min_rank: int) -> None:
-    require_float("x", x, min_rank=min_rank)
-    D = x.shape[-1]
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None:
-            require_float(name, t, 1, 1)
-            if t.shape[0] != D:
-                raise ValueError(f"{name} must have shape ({D},) to match x's last dimension D, "
-                                 f"got shape {tuple(t.shape)}")
-    require_same_dtype(x=x, weight=weight, bias=bias)
-    require_number("eps", eps, positive=True)
+class ResPostBlock(Block):
+    """x = x + LN(f(x)): each sublayer's output is normalized, the residual stream never is. The
+    layout the lesson's source post gives (Swin v2 calls it res-post-norm); made by res_post."""
+
+    def after(self, i: int, x: Tensor, out: Tensor) -> Tensor:
+        return x + self.norms[i](out)
 
 
-def torch_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """LayerNorm of each token row on its own (torch's F.layer_norm; lesson 05 writes it out).
+class TokenNorm(nn.LayerNorm):
+    """LayerNorm's gain and shift, with norm_over_tokens' statistics: each feature over all tokens."""
 
-    x: (..., T, D), weight, bias: (D,) -> (..., T, D).
-    """
-    _require_norm_inputs(x, weight, bias, eps, min_rank=1)
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    def forward(self, x: Tensor) -> Tensor:
+        return norm_over_tokens(x, self.weight, self.bias, self.eps)
+
+
+def res_post(block: Block) -> ResPostBlock:
+    """A copy of the post-LN `block` in the res-post layout: the same weights, the norms moved."""
+    variant = copy.deepcopy(block)
+    variant.__class__ = ResPostBlock  # same modules and weights; only `after` differs
+    return variant
+
+
+def with_token_norms(block: Block) -> Block:
+    """A copy of `block` whose norms take their statistics over every token (TokenNorm)."""
+    variant = copy.deepcopy(block)
+    for norm in variant.norms:
+        norm.__class__ = TokenNorm  # same gain and shift; only the statistics differ
+    return variant
 
 
 def norm_over_tokens(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
@@ -254,7 +219,13 @@ def norm_over_tokens(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps:
     uses it to show that even a norm that mixes tokens keeps equivariance, because a mean or a
     variance over tokens ignores their order.
     """
-    _require_norm_inputs(x, weight, bias, eps, min_rank=2)
+    require_float("x", x, min_rank=2)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            require_float(name, t, 1, 1)
+            require_width(name, t, x.shape[-1])
+    require_same_dtype(x=x, weight=weight, bias=bias)
+    require_number("eps", eps, positive=True)
     if x.shape[-2] == 0:
         raise ValueError(f"x has no tokens (T = 0) to take statistics over: x has shape {tuple(x.shape)}")
     dims = tuple(range(x.dim() - 1))  # every axis but the features
@@ -263,49 +234,6 @@ def norm_over_tokens(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps:
     out = (x - mean) / torch.sqrt(var + eps)  # (..., T, D)
     out = out if weight is None else out * weight
     return out if bias is None else out + bias
-
-
-LAYOUTS = ("post", "pre", "res-post")
-
-
-def encoder_block(x: Tensor, p: EncoderBlockParams, mask: Tensor | None = None,
-                  norm: Norm = torch_layer_norm, layout: str = "post") -> Tensor:
-    """A single-head encoder block built on self_attention. x: (..., T, D) -> (..., T, D).
-
-    Each sublayer f (attention with W_o, then the ReLU FFN) is wrapped with a residual and a norm:
-        "post"      x = LN(x + f(x))     the original Transformer, nn.TransformerEncoderLayer's default
-        "pre"       x = x + f(LN(x))     norm_first=True
-        "res-post"  x = x + LN(f(x))     the norm on the sublayer's output only (Swin v2)
-    mask: bool (T, T) or None (True = may attend). `norm(x, weight, bias, eps)` defaults to
-    LayerNorm; the lesson swaps it to test claims.
-    """
-    require_float("x", x, min_rank=2)
-    if not isinstance(p, EncoderBlockParams):
-        raise TypeError(f"p must be EncoderBlockParams, got {type(p).__name__}")
-    if x.shape[-1] != p.w_q.shape[0]:
-        raise ValueError(f"x has shape {tuple(x.shape)} but the block's weights expect D={p.w_q.shape[0]} features")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not callable(norm):
-        raise TypeError(f"norm must be a function norm(x, weight, bias, eps), got {type(norm).__name__}")
-
-    def attend(rows: Tensor) -> Tensor:
-        attended, _ = self_attention(rows, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, D)
-        return linear(attended, p.w_o, p.b_o, "w_o")
-
-    def feed_forward(rows: Tensor) -> Tensor:
-        hidden = torch.relu(linear(rows, p.w_1, p.b_1, "w_1"))  # (..., T, d_ff)
-        return linear(hidden, p.w_2, p.b_2, "w_2")  # (..., T, D)
-
-    for f, gain, shift in ((attend, p.ln1_weight, p.ln1_bias), (feed_forward, p.ln2_weight, p.ln2_bias)):
-        if layout == "post":
-            x = norm(x + f(x), gain, shift, p.eps)
-        elif layout == "pre":
-            x = x + f(norm(x, gain, shift, p.eps))
-        else:
-            x = x + norm(f(x), gain, shift, p.eps)
-    return x
-
 
 # ---------------------------------------------------------------- measurements
 

@@ -9,10 +9,11 @@ from torch import nn
 
 from course_lib.attention_scores import scaled_dot_product_attention, softmax
 from course_lib.masks import causal_mask
-from course_lib.permutation import (EncoderBlockParams, bias_after_norm, check_permutation, describe_gap,
-                                    encoder_block, equivariance_gap, inverse_permutation, linear, match_rows,
-                                    norm_over_tokens, permutation_matrix, permute_tokens, random_permutation,
-                                    self_attention, torch_layer_norm)
+from course_lib.model import Block, ModelConfig, from_torch
+from course_lib.permutation import (ResPostBlock, TokenNorm, bias_after_norm, check_permutation, describe_gap,
+                                    equivariance_gap, inverse_permutation, linear, match_rows, norm_over_tokens,
+                                    permutation_matrix, permute_tokens, random_block, random_permutation, res_post,
+                                    self_attention, with_token_norms, without_biases)
 
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -187,25 +188,26 @@ def test_query_bias_changes_the_weights(seed):
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_block_matches_torch_transformer_encoder_layer(dtype, seed, masked, norm_first):
+def test_the_lessons_block_copied_from_torch_is_its_layer_and_the_res_post_layout_is_not(
+        dtype, seed, masked, norm_first):
     B, T, D = shapes(seed)
     layer = torch_layer(D, 3 * D, 1, dtype, seed, norm_first)
     x = torch.randn(B, T, D, dtype=dtype)
     mask = causal_mask(T) if masked else None
+    block = Block(ModelConfig(d_model=D, d_ff=3 * D, norm="pre" if norm_first else "post")).to(dtype)
+    from_torch(block, layer)
     with torch.no_grad():
         theirs = layer(x, src_mask=None if mask is None else ~mask)
-    ours = encoder_block(x, EncoderBlockParams.from_torch(layer), mask, layout="pre" if norm_first else "post")
-    torch.testing.assert_close(ours, theirs, atol=20 * TOL[dtype], rtol=0)
-    # The layouts are different functions: the wrong one misses torch's output.
-    other = encoder_block(x, EncoderBlockParams.from_torch(layer), mask, layout="post" if norm_first else "pre")
-    assert (other - theirs).abs().max() > 1e-2
+        torch.testing.assert_close(block(x, mask)[0], theirs, atol=20 * TOL[dtype], rtol=0)
+        if not norm_first:  # the lesson's source post's layout, with the same weights, misses torch's output
+            assert (res_post(block)(x, mask)[0] - theirs).abs().max() > 1e-2
 
 
 def random_block_and_input(seed: int):
-    """A generator, random float64 block weights (D, d_ff = 2D) and x (B, T, D) for `seed`."""
+    """A generator, a random float64 block (D, d_ff = 2D) and x (B, T, D) for `seed`."""
     B, T, D = shapes(seed)
     g = gen(seed)
-    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    p = random_block(D, 2 * D, g, torch.float64)
     return g, p, torch.randn(B, T, D, generator=g, dtype=torch.float64)
 
 
@@ -214,17 +216,20 @@ def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     # Written out independently with torch's modules: x + LN(Attn(x)), then x + LN(FFN(x)).
+    a, f, (ln1, ln2) = p.attention, p.ffn, p.norms
     mha = nn.MultiheadAttention(D, 1, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([p.w_q.T, p.w_k.T, p.w_v.T]))
-        mha.in_proj_bias.copy_(torch.cat([p.b_q, p.b_k, p.b_v]))
-        mha.out_proj.weight.copy_(p.w_o.T)
-        mha.out_proj.bias.copy_(p.b_o)
-        h = x + F.layer_norm(mha(x, x, x, need_weights=False)[0], (D,), p.ln1_weight, p.ln1_bias)
-        ffn = F.relu(h @ p.w_1 + p.b_1) @ p.w_2 + p.b_2
-        expected = h + F.layer_norm(ffn, (D,), p.ln2_weight, p.ln2_bias)
-    torch.testing.assert_close(encoder_block(x, p, layout="res-post"), expected, atol=1e-10, rtol=0)
-    assert equivariance_gap(lambda t: encoder_block(t, p, layout="res-post"), x, random_permutation(T, g)) < 1e-12
+        mha.in_proj_weight.copy_(torch.cat([a.query.weight, a.key.weight, a.value.weight]))
+        mha.in_proj_bias.copy_(torch.cat([a.query.bias, a.key.bias, a.value.bias]))
+        mha.out_proj.weight.copy_(a.out.weight)
+        mha.out_proj.bias.copy_(a.out.bias)
+        h = x + F.layer_norm(mha(x, x, x, need_weights=False)[0], (D,), ln1.weight, ln1.bias)
+        ffn = F.linear(F.relu(F.linear(h, f.linear1.weight, f.linear1.bias)), f.linear2.weight, f.linear2.bias)
+        expected = h + F.layer_norm(ffn, (D,), ln2.weight, ln2.bias)
+    variant = res_post(p)
+    assert isinstance(variant, ResPostBlock) and type(p) is Block  # a copy: the lesson's block stays post-LN
+    torch.testing.assert_close(variant(x)[0], expected, atol=1e-10, rtol=0)
+    assert equivariance_gap(lambda t: variant(t)[0], x, random_permutation(T, g)) < 1e-12
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -270,8 +275,11 @@ def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     perm = random_permutation(T, g)
-    assert equivariance_gap(lambda t: encoder_block(t, p), x, perm) < 1e-12
-    assert equivariance_gap(lambda t: encoder_block(t, p, norm=norm_over_tokens), x, perm) < 1e-12
+    assert equivariance_gap(lambda t: p(t)[0], x, perm) < 1e-12
+    mixing = with_token_norms(p)
+    assert all(isinstance(n, TokenNorm) for n in mixing.norms) and not any(isinstance(n, TokenNorm) for n in p.norms)
+    assert (mixing(x)[0] - p(x)[0]).abs().max() > 1e-3  # the norm really changed
+    assert equivariance_gap(lambda t: mixing(t)[0], x, perm) < 1e-12
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -279,9 +287,9 @@ def test_causal_mask_and_positions_break_our_blocks_equivariance(seed):
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     perm = non_identity_permutation(T, g)
-    assert equivariance_gap(lambda t: encoder_block(t, p, causal_mask(T)), x, perm) > 1e-3
+    assert equivariance_gap(lambda t: p(t, causal_mask(T))[0], x, perm) > 1e-3
     pe = position_table(T, D)
-    assert equivariance_gap(lambda t: encoder_block(t + pe, p), x, perm) > 1e-3
+    assert equivariance_gap(lambda t: p(t + pe)[0], x, perm) > 1e-3
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -289,20 +297,33 @@ def test_a_mask_permuted_with_the_tokens_keeps_equivariance(seed):
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     perm, mask = non_identity_permutation(T, g), causal_mask(T)
-    moved = encoder_block(permute_tokens(x, perm), p, mask[perm][:, perm])
-    torch.testing.assert_close(moved, permute_tokens(encoder_block(x, p, mask), perm), atol=1e-12, rtol=0)
+    moved = p(permute_tokens(x, perm), mask[perm][:, perm])[0]
+    torch.testing.assert_close(moved, permute_tokens(p(x, mask)[0], perm), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_without_biases_drops_only_the_named_ones_and_only_the_key_bias_changes_nothing(seed):
+    g, p, x = random_block_and_input(seed)
+    before = {name: t.clone() for name, t in p.state_dict().items()}
+    for name in ("query", "value", "out"):
+        assert (without_biases(p, name)(x)[0] - p(x)[0]).abs().max() > 1e-3
+    assert (without_biases(p, "key")(x)[0] - p(x)[0]).abs().max() < 1e-12  # softmax ignores q . b_k
+    variant = without_biases(p, "query", "key")
+    assert variant.attention.query.bias is None and variant.attention.key.bias is None
+    assert variant.attention.value.bias is not None
+    assert all(torch.equal(t, before[name]) for name, t in p.state_dict().items())  # the original is intact
 
 
 def test_dog_bites_man_same_multiset_without_positions_different_with():
     g = gen(0)
     D = 8
     embedding = torch.randn(3, D, generator=g, dtype=torch.float64)  # dog, bites, man
-    p = EncoderBlockParams.random(D, 2 * D, g, torch.float64)
+    p = random_block(D, 2 * D, g, torch.float64)
     dog_bites_man, man_bites_dog = embedding[[0, 1, 2]], embedding[[2, 1, 0]]
-    a, b = encoder_block(dog_bites_man, p), encoder_block(man_bites_dog, p)
+    a, b = p(dog_bites_man)[0], p(man_bites_dog)[0]
     assert torch.equal(match_rows(a, b, atol=1e-10), torch.tensor([2, 1, 0]))
     pe = position_table(3, D)
-    assert match_rows(encoder_block(dog_bites_man + pe, p), encoder_block(man_bites_dog + pe, p), atol=1e-3) is None
+    assert match_rows(p(dog_bites_man + pe)[0], p(man_bites_dog + pe)[0], atol=1e-3) is None
 
 
 # ---------------------------------------------------------------- biases before a norm
@@ -381,22 +402,6 @@ def test_self_attention_rejects_mismatched_query_and_key_widths():
         self_attention(x, torch.zeros(4, 2), torch.zeros(4, 3), torch.zeros(4, 4))
 
 
-def test_encoder_block_rejects_the_wrong_width():
-    p = EncoderBlockParams.random(4, 8, gen(0))
-    with pytest.raises(ValueError, match=r"x has shape \(2, 3, 6\) but the block's weights expect D=4"):
-        encoder_block(torch.zeros(2, 3, 6), p)
-    with pytest.raises(ValueError, match=r"no field\(s\) \['b_x'\]"):
-        p.replace(b_x=None)
-
-
-def test_from_torch_rejects_layers_it_cannot_copy():
-    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
-    with pytest.raises(ValueError, match=r"nhead=1, activation='relu' layers, got nhead=2"):
-        EncoderBlockParams.from_torch(layer)
-    with pytest.raises(TypeError, match=r"layer must be an nn.TransformerEncoderLayer, got Linear"):
-        EncoderBlockParams.from_torch(nn.Linear(4, 4))
-
-
 def test_equivariance_gap_rejects_bad_functions():
     x = torch.zeros(2, 3, 4)
     with pytest.raises(TypeError, match=r"f must be a function of x, got int"):
@@ -417,8 +422,10 @@ def test_match_rows_rejects_different_shapes():
      r"bias must be a floating-point tensor, got dtype torch\.int64"),
     (lambda: random_permutation(0), ValueError, r"n must be >= 1, got n=0"),
     (lambda: random_permutation(2.0), TypeError, r"n must be an int, got float 2\.0"),
-    (lambda: EncoderBlockParams.random(0, 4), ValueError, r"D must be >= 1, got D=0"),
-    (lambda: EncoderBlockParams.random(4, True), TypeError, r"d_ff must be an int, got bool"),
+    (lambda: random_block(0, 4), ValueError, r"D must be >= 1, got D=0"),
+    (lambda: random_block(4, True), TypeError, r"d_ff must be an int, got bool"),
+    (lambda: without_biases(random_block(4, 8), "bias"), ValueError,
+     r"projection must be one of .*'query', 'key', 'value', 'out'.*, got 'bias'"),
     (lambda: inverse_permutation(torch.tensor([1.0, 0.0])), TypeError, r"perm must hold integers"),
     (lambda: permute_tokens(torch.zeros(3, 2), [0, 2.0, 1]), TypeError, r"perm must hold integer indices, got 2\.0"),
     (lambda: permutation_matrix([True, False]), TypeError, r"perm must hold integer indices, got True"),
@@ -429,9 +436,6 @@ def test_match_rows_rejects_different_shapes():
      r"x must be a floating-point tensor"),
     (lambda: describe_gap(float("nan")), ValueError, r"gap must be finite, got nan"),
     (lambda: describe_gap(0.1, bound=0), ValueError, r"bound must be positive, got 0\.0"),
-    (lambda: encoder_block(torch.zeros(3, 4), EncoderBlockParams.random(4, 8), layout="sandwich"), ValueError,
-     r"layout must be one of \('post', 'pre', 'res-post'\), got 'sandwich'"),
-    (lambda: encoder_block(torch.zeros(3, 4), "weights"), TypeError, r"p must be EncoderBlockParams, got str"),
     (lambda: self_attention(torch.zeros(3, 4), *[torch.zeros(4, 2)] * 3, b_k=torch.zeros(3)), ValueError,
      r"b_k must have shape \(2,\) to match w_k's 2 columns, got shape \(3,\)"),
     (lambda: self_attention(torch.zeros(3, 4), *[torch.zeros(4, 2)] * 3, b_q=torch.zeros(2, dtype=torch.long)),
@@ -451,7 +455,7 @@ def test_other_bad_arguments_are_named(call, error, match):
      r"x must have at least 2 dimensions, got shape \(4,\)"),
     (lambda: norm_over_tokens(torch.zeros(0, 4), torch.ones(4), None), ValueError, r"x has no tokens \(T = 0\)"),
     (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(5), None), ValueError,
-     r"weight must have shape \(4,\) to match x's last dimension D, got shape \(5,\)"),
+     r"weight must have last dimension 4, got shape \(5,\)"),
     (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4), torch.zeros(2, 4)), ValueError,
      r"bias must have 1 dimensions, got shape \(2, 4\)"),
     (lambda: norm_over_tokens(torch.zeros(3, 4), torch.ones(4, dtype=torch.float64), None), TypeError,
@@ -464,8 +468,6 @@ def test_other_bad_arguments_are_named(call, error, match):
      r"eps must be a number, got str"),
     (lambda: norm_over_tokens(torch.zeros(3, 4), [1.0] * 4, None), TypeError,
      r"weight must be a torch\.Tensor, got list"),
-    (lambda: torch_layer_norm(torch.zeros(3, 4), torch.ones(3), None), ValueError,
-     r"weight must have shape \(4,\)"),
 ])
 def test_norms_name_the_bad_argument(call, error, match):
     with pytest.raises(error, match=match):

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from ..masks import causal_mask
-from ..permutation import EncoderBlockParams, describe_gap, encoder_block, permute_tokens, self_attention
+from ..model import Block
+from ..permutation import describe_gap, permute_tokens, random_block, without_biases
 from ..plots import svg_bars, svg_heatmap
 from . import LiveView, row
 
@@ -26,30 +27,38 @@ TOGGLES = ["b_q", "b_k", "b_v", "mask", "positions"]
 GAP_TINY = 1e-5  # float32 rounding stays far below this
 
 
-def _model(seed: int = 3) -> tuple[torch.Tensor, EncoderBlockParams, torch.Tensor]:
-    """The sentence's rows x (T, D), the block's weights, and a fixed position table (T, D)."""
+def _model(seed: int = 3) -> tuple[torch.Tensor, Block, torch.Tensor]:
+    """The sentence's rows x (T, D), the block, and a fixed position table (T, D)."""
     gen = torch.Generator().manual_seed(seed)
     vocab = sorted(set(TOKENS))
     embedding = torch.randn(len(vocab), D, generator=gen)
     x = embedding[torch.tensor([vocab.index(t) for t in TOKENS])]  # (T, D)
-    params = EncoderBlockParams.random(D, D_FF, generator=gen)
+    block = random_block(D, D_FF, generator=gen)
     # Any fixed vector per slot breaks the symmetry; lesson 04 builds the real position encodings.
     positions = torch.randn(len(TOKENS), D, generator=gen)  # (T, D)
-    # Larger Q/K/V biases than the default so their effect is easy to see.
-    return x, params.replace(b_q=params.b_q * 3, b_k=params.b_k * 3, b_v=params.b_v * 3), positions
+    for name in ("query", "key", "value"):  # larger Q/K/V biases than random_block's, so their effect is easy to see
+        getattr(block.attention, name).bias.mul_(3)
+    return x, block, positions
 
 
-def _run(x: torch.Tensor, params: EncoderBlockParams, positions: torch.Tensor, scope: str,
+def _variants(block: Block) -> dict[tuple[bool, bool, bool], Block]:
+    """The block with each choice of Q/K/V biases on (True) or off: (b_q, b_k, b_v) -> a copy."""
+    names = ("query", "key", "value")
+    return {on: without_biases(block, *(name for name, kept in zip(names, on) if not kept))
+            for on in product([False, True], repeat=3)}
+
+
+def _run(x: torch.Tensor, variant: Block, positions: torch.Tensor, scope: str,
          on: dict[str, bool]) -> tuple[np.ndarray, np.ndarray]:
-    """Output rows (..., T, D) and attention weights (..., T, T) for one setting of the toggles."""
+    """Output rows (..., T, D) and attention weights (..., T, T) for one setting of the toggles
+    (`variant`: the block with the Q/K/V biases they ask for)."""
     T = x.shape[-2]
-    p = params.replace(**{name: None for name in ("b_q", "b_k", "b_v") if not on[name]})
     mask = causal_mask(T) if on["mask"] else None
     if on["positions"]:
         x = x + positions  # positions belong to slots, not to tokens
-    _, weights = self_attention(x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)  # (..., T, T)
-    out = encoder_block(x, p, mask) if scope == "encoder block" else self_attention(
-        x, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v, mask)[0]  # (..., T, D)
+    out, weights = variant.attention(x, mask=mask)  # (..., T, D), (..., T, T)
+    if scope == "encoder block":
+        out = variant(x, mask)[0]  # (..., T, D)
     return out.numpy(), weights.numpy()
 
 
@@ -60,14 +69,15 @@ def permutation_widget() -> LiveView:
     permuted original output (0 everywhere = equivariant), and what the biases changed."""
     import ipywidgets as widgets
 
-    x, params, positions = _model()
+    x, block, positions = _model()
+    variants = _variants(block)
     names = list(PERMUTATIONS)
     # Row 0 of the batch is the sentence itself, rows 1.. its permutations: one forward pass each setting.
     batch = torch.stack([x] + [permute_tokens(x, torch.tensor(PERMUTATIONS[n])) for n in names])  # (1+P, T, D)
     runs, table = {}, {}
     with torch.no_grad():
         for scope, flags in product(SCOPES, product([False, True], repeat=len(TOGGLES))):
-            runs[scope, flags] = _run(batch, params, positions, scope, dict(zip(TOGGLES, flags)))
+            runs[scope, flags] = _run(batch, variants[flags[:3]], positions, scope, dict(zip(TOGGLES, flags)))
     for (scope, flags), (out, weights) in runs.items():
         out0, weights0 = runs[scope, (False, False, False) + flags[3:]]  # the same setting without Q/K/V biases
         for index, name in enumerate(names, start=1):
