@@ -181,7 +181,8 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     q: (..., T, d_q), k: (..., S, d_k), v: (..., S, d_v), mask: bool broadcastable to (..., T, S).
     Returns (output (..., T, d_v), weights (..., T, S)).
     """
-    scores = require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")(q, k)  # (..., T, S); the scorer checks q and k
+    require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")
+    scores = scorer(q, k)  # (..., T, S); the scorer checks q and k
     if require_float("v", v, min_rank=2).shape[-2] != k.shape[-2]:
         raise ValueError(f"k and v must share S: k has shape {tuple(k.shape)}, v has shape {tuple(v.shape)}")
     weights = softmax(scores, mask=mask)  # (..., T, S)
@@ -244,7 +245,8 @@ def fit_additive_scorer(scorer: AdditiveScorer, q: Tensor, k: Tensor, target_wei
     q: (..., T, d_q), k: (..., S, d_k), target_weights: (..., T, S). The loss is the mean
     cross-entropy of the rows that have an allowed key; returns the last loss.
     """
-    scores = require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")(q, k).detach()  # the scorer checks q and k
+    require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")
+    scores = scorer(q, k).detach()  # (..., T, S); the scorer checks q and k
     require_same_shape("target_weights", require_float("target_weights", target_weights), "the scores", scores)
     # mask: the softmax of the first step checks it
     target_weights = target_weights.detach()
