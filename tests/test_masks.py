@@ -560,7 +560,7 @@ def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     scorer = AdditiveScorer(4, 4, 4)
     with pytest.raises(TypeError, match="k must be a floating-point tensor, got dtype torch.int64"):
         additive_attention(scorer, x, torch.ones(2, 3, 4, dtype=torch.long), x)
-    with pytest.raises(ValueError, match=rr"target_weights of shape \(3, 3\) must have the shape of the scores, \(2, 3, 3\)"):
+    with pytest.raises(ValueError, match=r"target_weights of shape \(3, 3\) must have the shape of the scores, \(2, 3, 3\)"):
         fit_additive_scorer(scorer, x, x, torch.ones(3, 3) / 3)
     with pytest.raises(TypeError, match="mask must be a boolean tensor"):
         fit_additive_scorer(scorer, x, x, torch.ones(2, 3, 3) / 3, mask=torch.ones(3, 3))
