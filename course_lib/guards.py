@@ -103,7 +103,7 @@ def require_instance(name: str, value: object, kind: type | tuple[type, ...], de
 def require_bool(name: str, value: object) -> bool:
     """value must be True or False (not 0, 1 or a string): a switch."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
 
 

@@ -495,7 +495,7 @@ def test_causality_helpers_want_one_sequence():
     ("seed", -1, ValueError, "config.seed must be >= 0"),
     ("n_decoder_layers", -1, ValueError, "config.n_decoder_layers must be >= 0, got config.n_decoder_layers=-1"),
     ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
-    ("causal", 1, TypeError, "config.causal must be True or False, got 1"),
+    ("causal", 1, TypeError, "config.causal must be True or False, got int 1"),
     ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
     with pytest.raises(error, match=message):
@@ -527,7 +527,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
         train_tiny_model(model, batch, steps=1, seed=-2)
     with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
         LearnedPositions(0, 4)
-    with pytest.raises(TypeError, match="config.causal must be True or False, got 'no'"):
+    with pytest.raises(TypeError, match="config.causal must be True or False, got str 'no'"):
         train_next_token("no", steps=1)
     with pytest.raises(TypeError, match="batch must be an int, got float 8.0"):
         train_next_token(True, steps=1, batch=8.0)
