@@ -9,6 +9,7 @@ A public function calls the guards it needs in its first lines; inner helpers tr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -129,9 +130,9 @@ def require_index(name: str, value: object, size: int, of: str) -> int:
     return value
 
 
-def require_items(name: str, items: object) -> list | tuple:
-    """items must be a non-empty list or tuple (of seeds, widths, layers' weights ...)."""
-    if not isinstance(items, (list, tuple)) or not items:
+def require_items(name: str, items: object) -> Sequence:
+    """items must be a non-empty list, tuple or range (of seeds, widths ...), not a string."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
         raise TypeError(f"{name} must be a non-empty list, got {items!r}")
     return items
 
