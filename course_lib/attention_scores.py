@@ -184,8 +184,9 @@ class Attention(nn.Module):
         H = 1 if n_heads is None else require_count("n_heads", n_heads)
         d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
                               (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
-        if d_k % H or d_v % H:
-            raise ValueError(f"d_k={d_k} and d_v={d_v} must each split into n_heads={H} equal heads")
+        for name, width in (("d_k", d_k), ("d_v", d_v)):
+            if width % H:
+                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads")
         require_bool("bias", bias)
         self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
         self.d_head, self.d_value_head = d_k // H, d_v // H

@@ -132,8 +132,10 @@ def require_index(name: str, value: object, size: int, of: str) -> int:
 
 def require_items(name: str, items: object) -> Sequence:
     """items must be a non-empty list, tuple or range (of seeds, widths ...), not a string."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
-        raise TypeError(f"{name} must be a non-empty list, got {items!r}")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a list, got {type(items).__name__} {items!r}")
+    if not items:
+        raise ValueError(f"{name} must not be empty: there is nothing to run")
     return items
 
 
