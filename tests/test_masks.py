@@ -574,13 +574,13 @@ def test_cost_and_causality_helpers_name_bad_arguments():
         operations_per_score("dot", 0)
     with pytest.raises(TypeError, match="d_hidden must be an int, got float 2.0"):
         operations_per_score("additive", 4, 2.0)
-    with pytest.raises(TypeError, match="score_fn must be callable, got str"):
+    with pytest.raises(TypeError, match=r"score_fn must be a function of \(q, k\), got str"):
         seconds_per_score("q @ k.T", q, q)
     with pytest.raises(ValueError, match="repeats must be >= 1, got repeats=0"):
         seconds_per_score(lambda a, b: a @ b.T, q, q, repeats=0)
     with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
         seconds_per_score(lambda a, b: a, torch.ones(3, 4, dtype=torch.long), q)
-    with pytest.raises(TypeError, match="fn must be callable, got Tensor"):
+    with pytest.raises(TypeError, match="fn must be a function of x, got Tensor"):
         influence_matrix(q, q)
     with pytest.raises(ValueError, match="seed must be >= 0, got seed=-1"):
         future_perturbation(lambda x: x, q, seed=-1)
