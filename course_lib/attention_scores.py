@@ -245,11 +245,10 @@ class Attention(nn.Module):
         shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])
         for name, t in (("mask", mask), ("bias", bias)):
             ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
-            if ambiguous and any(n != 1 for n in t.shape[:-2]):
-                raise ValueError(
-                    f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
-                    f"{self.n_heads}: its first axis may be the sequences or the heads. Pass (B, 1, T, S) "
-                    f"for one {name} per sequence, or (1, H, T, S) for one per head")
+            if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
+                raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
+                                 f"{self.n_heads}. Pass (B, 1, T, S) for one {name} per sequence, or (1, H, T, S) "
+                                 "for one per head")
         check_mask_and_bias(mask, bias, shape)
 
 

@@ -171,9 +171,7 @@ def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_na
 
 def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
     """ids must be a (B, T) integer tensor of token ids in 0..vocab_size-1."""
-    require_tensor(name, ids, 2, 2)  # and integers, checked here: a model's forward calls this every time
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integers, got dtype {ids.dtype}")
+    require_integer(name, ids, 2, 2)
     if ids.numel():
         low, high = torch.aminmax(ids)  # one pass over the ids, at every forward
         if not (0 <= int(low) and int(high) < vocab_size):

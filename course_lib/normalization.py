@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
-from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_mask,
-                     require_number, require_same_dtype, require_same_shape, require_tensor, require_width)
+from .guards import (require_bool, require_choice, require_count, require_float, require_index, require_instance,
+                     require_mask, require_number, require_same_dtype, require_same_shape, require_tensor,
+                     require_width)
 
 NORM_KINDS = ("batch", "layer", "rms")
 PLACEMENTS = ("post", "pre")
@@ -65,8 +66,7 @@ def batch_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Ten
         flat = flat[mask.reshape(-1)]  # (n, D): padding rows dropped
     count = flat.shape[0]
     if count == 0:
-        raise ValueError(f"mask marks no token as real, so there are no statistics to take: "
-                         f"x has shape {tuple(x.shape)}")
+        raise ValueError(f"mask marks no token as real in x of shape {tuple(x.shape)}: there are no statistics to take")
     mean = flat.mean(dim=0)  # (D,)
     var = ((flat - mean) ** 2).mean(dim=0)  # (D,)
     return mean, var, count
@@ -103,10 +103,11 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         raise ValueError(f"running_var must be >= 0 (a variance), got smallest value {float(running_var.min()):g}")
     if training:
         mean, var, count = batch_statistics(x, mask)  # checks the mask
+        real = "real (mask) " if mask is not None else ""
         if count < 2:  # one token: x - mean = 0, and the output would be beta whatever the input
             raise ValueError(f"batch_norm in training mode needs at least 2 tokens per feature for a variance, but x "
-                             f"of shape {tuple(x.shape)} gives {count} {'real (mask) ' if mask is not None else ''}token"
-                             ": use a larger batch, eval mode (running statistics) or LayerNorm")
+                             f"of shape {tuple(x.shape)} gives {count} {real}token: use a larger batch, eval mode "
+                             "(running statistics) or LayerNorm")
         if running_mean is not None:
             with torch.no_grad():  # the running averages are bookkeeping, not part of the graph
                 running_mean.mul_(1 - momentum).add_(momentum * mean)
@@ -260,9 +261,7 @@ def expected_slice(kind: str, shape: tuple[int, int, int], b: int, t: int, d: in
     for name, size in zip(("B", "T", "D"), shape):
         require_count(f"shape's {name}", size)
     for name, i, n in (("b", b, shape[0]), ("t", t, shape[1]), ("d", d, shape[2])):
-        require_count(name, i, minimum=0)
-        if i >= n:
-            raise ValueError(f"{name}={i} is outside the block of shape {shape}")
+        require_index(name, i, n, f"entries along {name.upper()} of the block of shape {shape}")
     out = torch.zeros(shape, dtype=torch.bool)
     if kind == "batch":
         out[:, :, d] = True  # one feature, every token of every sequence

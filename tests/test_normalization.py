@@ -377,7 +377,7 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         normalize_tokens("layer", x, torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"index \(0, 5, 0\) must be a tuple of 3 ints addressing one entry of x of shape \(2, 3, 4\)"):
         dependence_mask(layer_norm, x, (0, 5, 0))
-    with pytest.raises(ValueError, match=r"d=6 is outside the block of shape \(2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"d=6 is out of range for 4 entries along D of the block of shape \(2, 3, 4\)"):
         expected_slice("layer", (2, 3, 4), 0, 0, 6)
     with pytest.raises(ValueError, match="length must be between 1 and 8"):
         toy_batch([], 9)
