@@ -50,7 +50,7 @@ def _as_positions(positions: int | Tensor, name: str = "positions") -> Tensor:
     if isinstance(positions, Tensor):
         require_integer(name, positions)
         if positions.numel() and int(positions.min()) < 0:
-            raise ValueError(f"{name} must be >= 0 (position 0 is the first token), got a minimum of {int(positions.min())}")
+            raise ValueError(f"{name} must be >= 0 (0 is the first token), got a minimum of {int(positions.min())}")
         return positions
     if isinstance(positions, bool) or not isinstance(positions, int):
         raise TypeError(f"{name} must be an int (how many) or an integer tensor, got {type(positions).__name__}")
