@@ -73,9 +73,11 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> torch.Size:
     if v is not None:
         require_float("v", v, min_rank=2)
     require_same_dtype(q=q, k=k, v=v)
-    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
-        raise ValueError(f"q and k must share a last dimension d_k >= 1: q has shape {tuple(q.shape)}, k has shape "
-                         f"{tuple(k.shape)}")
+    if q.shape[-1] != k.shape[-1]:  # lesson 02 prints this message
+        raise ValueError(f"q and k must share their last dimension d_k: q has shape {tuple(q.shape)} "
+                         f"(d_k={q.shape[-1]}), k has shape {tuple(k.shape)} (d_k={k.shape[-1]})")
+    if q.shape[-1] == 0:
+        raise ValueError(f"d_k must be at least 1: q has shape {tuple(q.shape)}")
     if k.shape[-2] == 0 or (v is not None and v.shape[-2] != k.shape[-2]):
         raise ValueError(f"k and v must hold the same S >= 1 positions: k has shape {tuple(k.shape)}"
                          + ("" if v is None else f", v has shape {tuple(v.shape)}"))

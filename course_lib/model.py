@@ -273,9 +273,9 @@ def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids") -> int:
 
 def require_length_fits(T: int, max_len: int, table: str) -> None:
     """T positions fit a table (or model) with rows for positions 0..max_len-1."""
-    if T > max_len:
-        raise ValueError(f"sequence length T={T} is longer than max_len={max_len} of this {table}: positions "
-                         f"{max_len}..{T - 1} have no row")
+    if T > max_len:  # lesson 04 prints this message
+        raise ValueError(f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
+                         f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
 
 
 # ---------------------------------------------------------------- torch's modules, the same weights

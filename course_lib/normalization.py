@@ -104,10 +104,11 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     if training:
         mean, var, count = batch_statistics(x, mask)  # checks the mask
         real = "real (mask) " if mask is not None else ""
-        if count < 2:  # one token: x - mean = 0, and the output would be beta whatever the input
-            raise ValueError(f"batch_norm in training mode needs at least 2 tokens per feature for a variance, but x "
-                             f"of shape {tuple(x.shape)} gives {count} {real}token: use a larger batch, eval mode "
-                             "(running statistics) or LayerNorm")
+        if count < 2:  # lesson 05 prints this message
+            raise ValueError(f"batch_norm in training mode needs at least 2 tokens to estimate each feature's variance, "
+                             f"but x of shape {tuple(x.shape)} gives {count} {real}token per feature. With one token, "
+                             "x - mean = 0 and the output would be beta whatever the input. Use a larger batch, "
+                             "eval mode (running statistics) or LayerNorm.")
         if running_mean is not None:
             with torch.no_grad():  # the running averages are bookkeeping, not part of the graph
                 running_mean.mul_(1 - momentum).add_(momentum * mean)
