@@ -22,7 +22,6 @@ from course_lib.attention_graph import (
     hopfield_run,
     hopfield_update,
     layered_graph,
-    line_layout,
     noisy_queries,
     random_patterns,
     retrieval_rate,

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.copying import (BOS, coherence, content_copy_head, copy_accuracies, copy_accuracy,
+from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy,
                              copy_batch, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
                              induction_scores, linear_attention, linear_copy_fit, matching_keys,
