@@ -16,8 +16,9 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (broadcast_shape, require_broadcasts_to, require_count, require_dim, require_float,
-                     require_number, require_same_dtype, require_tensor, require_width)
+from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_dim,
+                     require_float, require_index, require_mask, require_number, require_same_dtype,
+                     require_tensor, require_width)
 from .training import train
 
 Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -35,8 +36,7 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
     if logits.dim() > 0 and logits.shape[dim] == 0:
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
                          "there is nothing to share the weight 1 among")
-    if mask is not None:
-        check_mask(mask, tuple(logits.shape))
+    check_mask_and_bias(mask, None, tuple(logits.shape))
     return _softmax(logits, dim, mask, stable)
 
 
@@ -66,26 +66,21 @@ def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> torch.Size:
-    """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together: names the shapes at fault.
-    Returns the scores' batch dimensions: q's and k's, broadcast."""
+    """Raise unless q (..., T, d_k), k (..., S, d_k) and v (..., S, d_v) fit together, naming every
+    shape. Returns the scores' batch dimensions: q's and k's, broadcast."""
     require_float("q", q, min_rank=2)
     require_float("k", k, min_rank=2)
     if v is not None:
         require_float("v", v, min_rank=2)
     require_same_dtype(q=q, k=k, v=v)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share their last dimension d_k: q has shape {tuple(q.shape)} "
-            f"(d_k={q.shape[-1]}), k has shape {tuple(k.shape)} (d_k={k.shape[-1]})")
+    if q.shape[-1] != k.shape[-1]:  # lesson 02 prints this message
+        raise ValueError(f"q and k must share their last dimension d_k: q has shape {tuple(q.shape)} "
+                         f"(d_k={q.shape[-1]}), k has shape {tuple(k.shape)} (d_k={k.shape[-1]})")
     if q.shape[-1] == 0:
         raise ValueError(f"d_k must be at least 1: q has shape {tuple(q.shape)}")
-    if k.shape[-2] == 0:
-        raise ValueError(f"k has no positions (S = 0), so a query has nothing to attend to: k has shape "
-                         f"{tuple(k.shape)}")
-    if v is not None and v.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of positions S: k has shape {tuple(k.shape)} "
-            f"(S={k.shape[-2]}), v has shape {tuple(v.shape)} (S={v.shape[-2]})")
+    if k.shape[-2] == 0 or (v is not None and v.shape[-2] != k.shape[-2]):
+        raise ValueError(f"k and v must hold the same S >= 1 positions: k has shape {tuple(k.shape)}"
+                         + ("" if v is None else f", v has shape {tuple(v.shape)}"))
     batch = broadcast_shape("q's batch dimensions", q.shape[:-2], "k's batch dimensions", k.shape[:-2])
     if v is not None:
         broadcast_shape("q's and k's batch dimensions", batch, "v's batch dimensions", v.shape[:-2])
@@ -111,16 +106,6 @@ def _scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
     scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     # Scaling q (T x d_k numbers) is cheaper than scaling the scores (T x S numbers).
     return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
-
-
-def check_mask(mask: Tensor, scores_shape: tuple[int, ...], scores_name: str = "scores") -> None:
-    """Raise unless `mask` is boolean and broadcasts to the score shape (..., T, S)."""
-    require_tensor("mask", mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
-            "for a float (additive) mask, pass it as bias=")
-    require_broadcasts_to("mask", mask, scores_shape, scores_name)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -159,12 +144,11 @@ def _product(a: Tensor, b: Tensor) -> Tensor:
 
 
 def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """Raise unless mask (bool) and bias (float), where given, broadcast to the scores' shape."""
+    """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the scores."""
     if mask is not None:
-        check_mask(mask, scores_shape)
+        require_broadcasts_to("mask", require_mask("mask", mask), scores_shape, "scores")
     if bias is not None:
-        require_float("bias", bias)
-        require_broadcasts_to("bias", bias, scores_shape, "scores")
+        require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -205,8 +189,7 @@ class Attention(nn.Module):
         for name, width in (("d_k", d_k), ("d_v", d_v)):
             if width % H:
                 raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads")
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
+        require_bool("bias", bias)
         self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
         self.d_head, self.d_value_head = d_k // H, d_v // H
         self.query = nn.Linear(d_model, d_k, bias=bias)
@@ -257,19 +240,17 @@ class Attention(nn.Module):
             require_same_dtype(x=x, memory=memory)
             source, source_name = memory, "memory"
         if source.shape[-2] == 0:
-            raise ValueError(f"{source_name} has no positions (S = 0), so a query has nothing to attend to: "
-                             f"{source_name} has shape {tuple(source.shape)}")
+            raise ValueError(f"{source_name} of shape {tuple(source.shape)} has no positions to attend to (S = 0)")
         batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
                                 tuple(source.shape[:-2]))
         heads = () if self.n_heads is None else (self.n_heads,)
         shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])
         for name, t in (("mask", mask), ("bias", bias)):
             ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
-            if ambiguous and any(n != 1 for n in t.shape[:-2]):
-                raise ValueError(
-                    f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
-                    f"{self.n_heads}: its first axis may be the sequences or the heads. Pass (B, 1, T, S) "
-                    f"for one {name} per sequence, or (1, H, T, S) for one per head")
+            if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
+                raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
+                                 f"{self.n_heads}. Pass (B, 1, T, S) for one {name} per sequence, or (1, H, T, S) "
+                                 "for one per head")
         check_mask_and_bias(mask, bias, shape)
 
 
@@ -288,16 +269,12 @@ def check_projections(x: Tensor, **weights: Tensor) -> None:
     """Raise unless x (..., T, D) and every weight (D, width) fit, and query/key widths agree."""
     require_float("x", x, min_rank=2)
     for name, w in weights.items():
-        require_float(name, w, 2, 2)
-        if w.shape[0] != x.shape[-1]:
-            raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows to match x's "
-                             f"last dimension D: x has shape {tuple(x.shape)}")
-        if w.shape[1] == 0:
-            raise ValueError(f"{name} of shape {tuple(w.shape)} maps to width 0: it needs at least 1 column")
+        if require_float(name, w, 2, 2).shape[0] != x.shape[-1] or w.shape[1] == 0:
+            raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows (x's last dimension D) "
+                             f"and a column or more: x has shape {tuple(x.shape)}")
     require_same_dtype(x=x, **weights)
-    w_q, w_k = weights["w_q"], weights["w_k"]
-    if w_q.shape[1] != w_k.shape[1]:
-        raise ValueError(f"w_q {tuple(w_q.shape)} and w_k {tuple(w_k.shape)} must give the same d_k")
+    if weights["w_q"].shape[1] != weights["w_k"].shape[1]:
+        raise ValueError(f"w_q {tuple(weights['w_q'].shape)} and w_k {tuple(weights['w_k'].shape)} must give one d_k")
 
 
 def project_qkv(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -368,11 +345,8 @@ def train_alignment(x: Tensor, w_q: Tensor, w_k: Tensor, query: int, key: int,
     """
     require_float("x", x, 2, 2)
     check_projections(x, w_q=w_q, w_k=w_k)
-    n_tokens = x.shape[0]
-    for name, index in (("query", query), ("key", key)):
-        require_count(name, index, minimum=0)
-        if index >= n_tokens:
-            raise ValueError(f"{name}={index} is out of range for {n_tokens} tokens")
+    require_index("query", query, x.shape[0], "tokens")  # rows of x
+    require_index("key", key, x.shape[0], "tokens")
     w_q = w_q.detach().clone().requires_grad_(True)
     w_k = w_k.detach().clone().requires_grad_(True)
 

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .attention_scores import Attention, attention_scores, scaled_dot_product_attention
-from .guards import require_count, require_float, require_integer, require_number
+from .guards import (require_count, require_float, require_float_dtype, require_index, require_instance,
+                     require_integer, require_number, require_same_shape)
 from .masks import causal_mask
 from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
 from .training import train
@@ -31,15 +32,10 @@ BOS = 0  # the induction data's first token: it never appears again, so nothing 
 
 def _require_slice(name: str, part: object, d_model: int) -> range:
     """A slice with explicit start and stop inside 0..d_model, step 1; returns its range."""
-    if not isinstance(part, slice):
-        raise TypeError(f"{name} must be a slice of the residual coordinates such as slice(0, 8), "
-                        f"got {type(part).__name__} {part!r}")
-    if part.step not in (None, 1) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                             for v in (part.start, part.stop)):
-        raise ValueError(f"{name} must be slice(start, stop) with int start and stop and no step, "
-                         f"got {part!r}")
-    if not 0 <= part.start < part.stop <= d_model:
-        raise ValueError(f"{name}={part!r} must satisfy 0 <= start < stop <= d_model={d_model}")
+    ints = isinstance(part, slice) and part.step in (None, 1) and all(type(v) is int for v in (part.start, part.stop))
+    if not ints or not 0 <= part.start < part.stop <= d_model:
+        raise ValueError(f"{name} must be a slice of the residual's coordinates, slice(start, stop) with ints "
+                         f"0 <= start < stop <= d_model={d_model} and no step, got {part!r}")
     return range(part.start, part.stop)
 
 
@@ -66,23 +62,16 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     (pass bias=True there).
     """
     require_count("d_model", d_model)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int (i + offset is the source position), got "
-                        f"{type(offset).__name__} {offset!r}")
     token_range = _require_slice("tokens", tokens, d_model)
     position_range = _require_slice("positions", positions, d_model)
     write_range = token_range if write is None else _require_slice("write", write, d_model)
     gap = require_number("gap", gap, non_negative=True)
+    _require_offset(offset, len(position_range))  # 0 would copy the query's own token
     if _overlap(token_range, position_range) or _overlap(write_range, position_range):
-        raise ValueError(f"tokens={tokens!r} and write={write!r} must not overlap "
-                         f"positions={positions!r}: the head reads positions and tokens from "
-                         "separate coordinates")
+        raise ValueError(f"tokens={tokens!r} and write={write!r} must not overlap positions={positions!r}: the "
+                         "head reads positions and tokens from separate coordinates")
     if len(write_range) != len(token_range):
-        raise ValueError(f"write={write!r} must be as wide as tokens={tokens!r} "
-                         f"({len(token_range)} coordinates): it receives the copied token code")
-    if offset == 0 or abs(offset) >= len(position_range):
-        raise ValueError(f"offset={offset} must be nonzero and shorter than the "
-                         f"{len(position_range)} positions (0 would copy the query's own token)")
+        raise ValueError(f"write={write!r} must be as wide as tokens={tokens!r}: it receives the copied token code")
     head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
         # rows are outputs, columns inputs (nn.Linear): q = W x, so W[a, b] sends x_b into q_a.
@@ -111,16 +100,10 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
     Induction head, second layer: match_from = the token, match_to = "the token before me"
     (written by a previous-token head), tokens = the token: it copies what followed last time.
     Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen, in `dtype`.
+    Only hand_set_induction_model calls it, with its own slices: it trusts them.
     """
-    require_count("d_model", d_model)
-    ranges = {name: _require_slice(name, part, d_model) for name, part in
-              (("match_from", match_from), ("match_to", match_to), ("tokens", tokens),
-               ("write", write))}
-    gap = require_number("gap", gap, non_negative=True)
-    for a, b in (("match_from", "match_to"), ("tokens", "write")):
-        if len(ranges[a]) != len(ranges[b]):
-            raise ValueError(f"{a} and {b} must be equally wide, got {len(ranges[a])} and "
-                             f"{len(ranges[b])} coordinates")
+    ranges = {name: range(part.start, part.stop) for name, part in
+              (("match_from", match_from), ("match_to", match_to), ("tokens", tokens), ("write", write))}
     head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
         sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
@@ -136,8 +119,7 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
 
 
 def _zero_head(d_model: int, bias: bool, dtype: torch.dtype) -> Attention:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    require_float_dtype("dtype", dtype)  # position_copy_head's caller chose it
     head = Attention(d_model, bias=bias).to(dtype)
     with torch.no_grad():
         for p in head.parameters():
@@ -188,8 +170,7 @@ def gap_needed(n_keys: int, coherence: float = 0.0) -> float:
     require_count("n_keys", n_keys, minimum=2)
     c = require_number("coherence", coherence, non_negative=True)
     if c >= 1:
-        raise ValueError(f"coherence must be below 1 (two equal codes cannot be told apart), "
-                         f"got {c}")
+        raise ValueError(f"coherence must be below 1 (two equal codes cannot be told apart), got {c}")
     return math.log(n_keys - 1) + math.log((1 + c) / (1 - c))
 
 
@@ -262,11 +243,8 @@ def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> 
 # ---------------------------------------------------------------- data
 
 def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) -> Batches:
-    """make_batch: random ids (B, T); the target at i is the token at i + offset (else IGNORE)."""
-    require_count("n_sequences", n_sequences)
-    require_count("length", length, minimum=2)
-    require_count("vocab_size", vocab_size, minimum=2)
-    _require_offset(offset, length)
+    """make_batch: random ids (B, T); the target at i is the token at i + offset (else IGNORE).
+    Trusts its sizes: train_copy_model checked them."""
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
@@ -277,18 +255,14 @@ def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) 
 
 def _require_offset(offset: object, length: int) -> int:
     """A source offset: a nonzero int with |offset| < length."""
-    if (isinstance(offset, bool) or not isinstance(offset, int) or offset == 0
-            or abs(offset) >= length):
-        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={length}), "
-                         f"got {offset!r}")
+    if type(offset) is not int or offset == 0 or abs(offset) >= length:
+        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={length}), got {offset!r}")
     return offset
 
 
 def copy_targets(ids: Tensor, offset: int) -> Tensor:
-    """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside: (B, T)."""
-    require_integer("ids", ids, 2, 2)
+    """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside: (B, T). Trusts its input."""
     T = ids.shape[-1]
-    _require_offset(offset, T)
     targets = ids.roll(-offset, dims=-1)  # (B, T): position i gets the token at i + offset
     if offset > 0:
         targets[:, T - offset:] = IGNORE
@@ -336,20 +310,16 @@ def induction_batch(n_sequences: int, length: int, vocab_size: int,
     require_count("n_sequences", n_sequences)
     require_count("length", length, minimum=3)
     require_count("vocab_size", vocab_size, minimum=3)
-    if not periods or any(isinstance(L, bool) or not isinstance(L, int) or not 2 <= L < vocab_size
-                          for L in periods):
-        raise ValueError(f"periods must be ints L with 2 <= L < vocab_size={vocab_size}, "
-                         f"got {periods!r}")
-    if (not isinstance(prefix, tuple) or len(prefix) != 2
-            or any(isinstance(p, bool) or not isinstance(p, int) for p in prefix)
-            or not 0 <= prefix[0] <= prefix[1]):
+    if not periods or any(type(L) is not int or not 2 <= L < vocab_size for L in periods):
+        raise ValueError(f"periods must be ints L with 2 <= L < vocab_size={vocab_size}, got {periods!r}")
+    pair = isinstance(prefix, tuple) and len(prefix) == 2 and all(type(p) is int for p in prefix)
+    if not pair or not 0 <= prefix[0] <= prefix[1]:
         raise ValueError(f"prefix must be (lo, hi), ints with 0 <= lo <= hi, got {prefix!r}")
     lo, hi = prefix
     room = {L: min(hi, length - 2 * L - 1, vocab_size - 1 - L) for L in periods}  # largest P per L
     if min(room.values()) < lo:
-        raise ValueError(f"periods {periods!r} with at least lo={lo} filler tokens need "
-                         f"P + 2 L + 1 <= length={length} and P + L <= vocab_size - 1 = "
-                         f"{vocab_size - 1}")
+        raise ValueError(f"periods {periods!r} with at least lo={lo} filler tokens need P + 2 L + 1 <= length="
+                         f"{length} and P + L <= vocab_size - 1 = {vocab_size - 1}")
     period_choices = torch.tensor(periods)
     largest = torch.tensor([room[L] for L in periods])
 
@@ -380,10 +350,7 @@ def induction_batch(n_sequences: int, length: int, vocab_size: int,
 @torch.no_grad()
 def copy_accuracy(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
     """Share of the targets (not IGNORE) that are the model's top answer. ids, targets: (B, T)."""
-    require_integer("targets", targets, 2, 2)
-    if targets.shape != ids.shape:
-        raise ValueError(f"targets {tuple(targets.shape)} must have the shape of ids "
-                         f"{tuple(ids.shape)}")
+    require_same_shape("targets", require_integer("targets", targets, 2, 2), "ids", ids)
     keep = targets != IGNORE
     return float((model(ids).argmax(-1)[keep] == targets[keep]).double().mean())
 
@@ -440,8 +407,7 @@ def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
     require_float("weights", weights, 3, 3)
     matches = matching_keys(ids)  # (B, T, T)
     if weights.shape != matches.shape:
-        raise ValueError(f"weights {tuple(weights.shape)} must be (B, T, T) for ids "
-                         f"{tuple(ids.shape)}")
+        raise ValueError(f"weights {tuple(weights.shape)} must be (B, T, T) for ids {tuple(ids.shape)}")
     on_match = (weights * matches).sum(-1)  # (B, T)
     found = matches.any(-1)  # (B, T)
     count = found.sum(0)  # (T,)
@@ -459,8 +425,7 @@ def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = 
     nothing. Needs a two-layer DecoderOnly with a residual stream and learned positions.
     """
     if not isinstance(model, DecoderOnly) or len(model.layers) < 2 or not model.config.residual:
-        raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual "
-                         "stream")
+        raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual stream")
     if embedding_only not in ("", "key", "query"):
         raise ValueError(f"embedding_only must be '', 'key' or 'query', got {embedding_only!r}")
     require_integer("ids", ids, 2, 2)
@@ -481,11 +446,8 @@ def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:
 
     Rows are vectors (x W): tokens.weight (V, D), value and out as x W^T, readout W_U^T.
     """
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
-    require_count("layer", layer, minimum=0)
-    if layer >= len(model.layers):
-        raise ValueError(f"layer={layer} is out of range: the model has {len(model.layers)} layers")
+    require_instance("model", model, DecoderOnly)
+    require_index("layer", layer, len(model.layers), "layers")
     head = model.layers[layer].attention
     with torch.no_grad():
         return (model.tokens.weight @ head.value.weight.T @ head.out.weight.T
@@ -520,6 +482,8 @@ def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, o
     model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
                                  causal=offset < 0,
                                  seed=seed)).to(torch.float64)
+    require_count("batch", batch)  # the config checked vocab_size and length
+    _require_offset(offset, length)
     losses = train_tiny_model(model, copy_batch(batch, length, vocab_size, offset), steps, lr, seed)
     return model, losses
 
@@ -573,9 +537,8 @@ def _require_copy_problem(tokens: Tensor, context: Tensor) -> None:
     require_float("tokens", tokens, 2, 2)
     require_float("context", context, 2, 2)
     if context.shape[-1] != tokens.shape[-1] or context.dtype != tokens.dtype:
-        raise ValueError(f"context {tuple(context.shape)} {context.dtype} must have the width and "
-                         "dtype of "
-                         f"tokens {tuple(tokens.shape)} {tokens.dtype}")
+        raise ValueError(f"context {tuple(context.shape)} {context.dtype} must have the width and dtype of tokens "
+                         f"{tuple(tokens.shape)} {tokens.dtype}")
 
 
 def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float = 0.1,

@@ -9,6 +9,7 @@ A public function calls the guards it needs in its first lines; inner helpers tr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -87,9 +88,61 @@ def require_number(name: str, value: object, positive: bool = False, non_negativ
 
 
 def require_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """value must be one of `choices` (a kind, a placement, a task)."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def require_instance(name: str, value: object, kind: type | tuple[type, ...], described: str = "") -> object:
+    """value must be an instance of `kind` (a model, a layer, a list, a function); returns it."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be {described or 'a ' + kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def require_bool(name: str, value: object) -> bool:
+    """value must be True or False (not 0, 1 or a string): a switch."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def require_float_dtype(name: str, dtype: object) -> torch.dtype:
+    """dtype must be a floating-point torch.dtype (torch.float32, torch.float64 ...)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def require_mask(name: str, mask: object, min_rank: int = 0, max_rank: int | None = None) -> Tensor:
+    """mask must be a boolean tensor (True = may attend, or = real token) with min_rank..max_rank dimensions."""
+    require_tensor(name, mask, min_rank, max_rank)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor (True = keep), got dtype {mask.dtype}")
+    return mask
+
+
+def require_index(name: str, value: object, size: int, of: str) -> int:
+    """value must be an int in 0..size-1: one of `of`'s `size` positions, layers or heads."""
+    if require_count(name, value, minimum=0) >= size:
+        raise ValueError(f"{name}={value} is out of range for {size} {of} (0..{size - 1})")
+    return value
+
+
+def require_items(name: str, items: object) -> Sequence:
+    """items must be a non-empty list, tuple or range (of seeds, widths ...), not a string."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a list, got {type(items).__name__} {items!r}")
+    if not items:
+        raise ValueError(f"{name} must not be empty: there is nothing to run")
+    return items
+
+
+def require_same_shape(name: str, x: Tensor, other_name: str, other: Tensor) -> None:
+    """x must have other's shape (a target and its prediction, a gradient and its input)."""
+    if x.shape != other.shape:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} must have the shape of {other_name}, {tuple(other.shape)}")
 
 
 def require_width(name: str, x: Tensor, width: int) -> None:
@@ -118,9 +171,7 @@ def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_na
 
 def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:
     """ids must be a (B, T) integer tensor of token ids in 0..vocab_size-1."""
-    require_tensor(name, ids, 2, 2)  # and integers, checked here: a model's forward calls this every time
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integers, got dtype {ids.dtype}")
+    require_integer(name, ids, 2, 2)
     if ids.numel():
         low, high = torch.aminmax(ids)  # one pass over the ids, at every forward
         if not (0 <= int(low) and int(high) < vocab_size):

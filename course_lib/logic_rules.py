@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 from .attention_scores import Attention
 from .copying import position_copy_head
-from .guards import require_count, require_integer, require_number, require_token_ids
+from .guards import (require_bool, require_count, require_float_dtype, require_instance, require_integer, require_items,
+                     require_number, require_token_ids)
 from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
 from .training import progress_bar, run_each
 
@@ -66,13 +67,10 @@ Rules = dict[tuple[str, str], str]
 def _require_rules(name: str, rules: object) -> Rules:
     """A non-empty dict {(r1, r2): r} over known relations."""
     if not isinstance(rules, dict) or not rules:
-        raise TypeError(f"{name} must be a non-empty dict {{(r1, r2): r}}, "
-                        f"got {type(rules).__name__}")
+        raise TypeError(f"{name} must be a non-empty dict {{(r1, r2): r}}, got {type(rules).__name__}")
     for pair, out in rules.items():
-        well_formed = isinstance(pair, tuple) and len(pair) == 2
-        if not well_formed or not all(r in RELATIONS for r in (*pair, out)):
-            raise ValueError(f"{name} has an entry {pair!r}: {out!r} that is not (r1, r2): r "
-                             f"over the relations {RELATIONS}")
+        if not isinstance(pair, tuple) or len(pair) != 2 or not all(r in RELATIONS for r in (*pair, out)):
+            raise ValueError(f"{name} has an entry {pair!r}: {out!r} that is not (r1, r2): r over {RELATIONS}")
     return rules
 
 
@@ -115,8 +113,7 @@ def rule_targets(ids: Tensor, rules: Rules = RULES) -> Tensor:
     """Targets for sentences X r1 r2 Y: (B, 4) -> (B, 4) = X, r1 o r2, Y, IGNORE."""
     require_token_ids("ids", ids, len(VOCAB))
     if ids.shape[-1] != SENTENCE_LENGTH:
-        raise ValueError(f"ids must be sentences of {SENTENCE_LENGTH} tokens X r1 r2 Y, "
-                         f"got shape {tuple(ids.shape)}")
+        raise ValueError(f"ids must be sentences of {SENTENCE_LENGTH} tokens X r1 r2 Y, got shape {tuple(ids.shape)}")
     lookup = composition_lookup(rules)
     composed = lookup[ids[:, 1], ids[:, 2]]  # (B,)
     if bool((composed < 0).any()):
@@ -227,8 +224,7 @@ def handset_model(rules: Rules = RULES, gap: float = 20.0,
     composition_readout(rules). ids (B, 4) -> logits (B, 4, V) in `dtype` (float32: every
     weight is 0, 1, a small integer or 1/alpha, so float32 gives the same answers, twice as fast).
     """
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    require_float_dtype("dtype", dtype)
     layout = handset_layout()
     D = layout["copied"].stop
     model = DecoderOnly(ModelConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=D,
@@ -304,10 +300,7 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     query then gives every key the weight 1/4, whatever the tokens (the seed's mix with fixed
     alpha, beta). ids (B, 4) -> logits (B, 4, V).
     """
-    _require_rules("rules", rules)
-    _require_people("people", people)
-    if not isinstance(content, bool):
-        raise TypeError(f"content must be True or False, got {content!r}")
+    require_bool("content", content)  # rules and people: sentence_batch checks them
     config = ModelConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=d_model,
                         causal=False, n_decoder_layers=1, d_ff=d_ff, seed=seed)
     model = DecoderOnly(config).double()
@@ -326,8 +319,7 @@ def train_rule_models(seeds: Sequence[int], progress: bool | str = False, worker
     the models, labelled "rule models" (a string names the task otherwise), with the step and
     loss of each one in training; workers > 1 trains that many at once (training.run_each: the
     same models)."""
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise TypeError(f"seeds must be a non-empty list of seeds, got {seeds!r}")
+    require_items("seeds", seeds)
     label = "rule models" if progress is True else progress
     return run_each(functools.partial(_rule_model, kwargs=kwargs), list(seeds), workers, label,
                     [f"seed {seed}" for seed in seeds])
@@ -356,8 +348,7 @@ def slot_accuracy(model: DecoderOnly, rules: Rules = RULES, people: Sequence[str
 
     Right means strictly above every other token (strictly_right: a tie is wrong).
     """
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
+    require_instance("model", model, DecoderOnly)
     ids = all_sentences(rules, people)  # (N, 4)
     right = strictly_right(model(ids), rule_targets(ids, rules))  # (N, 4)
     return right[:, :3].double().mean(0)
@@ -369,8 +360,7 @@ def composition_answers(model: DecoderOnly, rules: Rules, people: Sequence[str] 
     """For each rule (r1, r2): the relation the model says most often at the relation slot,
     and the share of sentences X r1 r2 Y in which that relation is strictly above every other
     token (a tie is not an answer)."""
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
+    require_instance("model", model, DecoderOnly)
     answers = {}
     for pair, out in _require_rules("rules", rules).items():
         ids = all_sentences({pair: out}, people)  # (P*P, 4)
@@ -389,8 +379,7 @@ def xor_residue(model: DecoderOnly, people: Sequence[str] = PEOPLE) -> Tensor:
     F(r1) + G(r2) (any fixed mix of the two relations), the residue is 0; the friend/enemy
     table needs D(f, f), D(e, e) > 0 > D(f, e), D(e, f), so a residue > 0.
     """
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly, got {type(model).__name__}")
+    require_instance("model", model, DecoderOnly)
     ids = all_sentences(FRIEND_RULES, people)  # rules in order ff, ee, fe, ef
     logits = model(ids)[:, 1].double()  # (4 * P * P, V)
     gap = (logits[:, TOKEN["friend"]] - logits[:, TOKEN["enemy"]]).view(4, -1)  # (4, P*P)
@@ -423,9 +412,8 @@ def symmetric_gram(x: Tensor, blocks: int = 4) -> Tensor:
     """x.T @ x for x (N, F), computing only the blocks on and above the diagonal: (F, F).
 
     With `blocks` column blocks, blocks (blocks + 1) / 2 of the blocks^2 products are computed
-    (10 of 16: the largest least-squares solve of the lesson costs about 40% less).
+    (10 of 16: the largest least-squares solve of the lesson costs about 40% less). rules_right calls it.
     """
-    require_count("blocks", blocks)
     edges = [round(i * x.shape[1] / blocks) for i in range(blocks + 1)]
     gram = x.new_empty(x.shape[1], x.shape[1])
     for i in range(blocks):
@@ -476,8 +464,7 @@ def capacity_curve(d_ffs: Sequence[int], table_factor: int = 4, n_answers: int =
 
     progress=True shows a bar in the notebook, one step per width, naming the width solved.
     """
-    if isinstance(d_ffs, (str, bytes)) or not isinstance(d_ffs, Sequence) or not d_ffs:
-        raise TypeError(f"d_ffs must be a non-empty list of widths, got {d_ffs!r}")
+    require_items("d_ffs", d_ffs)
     bar = progress_bar(len(d_ffs), "rule capacity", unit="widths") if progress else None
     rows = []
     for done, d_ff in enumerate(d_ffs):
@@ -494,9 +481,7 @@ def fit_power_law(x: Tensor, y: Tensor) -> tuple[float, float]:
     """(a, p) of the least-squares line log y = log a + p log x; x, y: (n,) positive, n >= 2."""
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if x.dim() != 1 or x.shape != y.shape or len(x) < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, "
-                         f"got shapes {tuple(x.shape)} "
-                         f"and {tuple(y.shape)}")
+        raise ValueError(f"x and y must be 1-D, of one length >= 2, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
     if bool((x <= 0).any()) or bool((y <= 0).any()):
         raise ValueError("x and y must be positive (their logarithms are fitted)")
     design = torch.stack([torch.ones_like(x), x.log()], dim=1)  # (n, 2)

@@ -23,8 +23,9 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import Attention, softmax
-from .guards import (broadcast_shape, require_choice, require_count, require_float, require_number,
-                     require_tensor, require_width)
+from .guards import (broadcast_shape, require_choice, require_count, require_float, require_float_dtype,
+                     require_instance, require_integer, require_mask, require_number, require_same_shape,
+                     require_width)
 from .training import train
 
 # ------------------------------------------------------------------ building masks
@@ -50,10 +51,7 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
     """
     S = require_count("S", S, minimum=0)
     if isinstance(lengths, Tensor):
-        if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-            raise TypeError(f"lengths must be a 1-D integer tensor, got dtype {lengths.dtype} "
-                            f"and shape {tuple(lengths.shape)}")
-        lengths = lengths.tolist()
+        lengths = require_integer("lengths", lengths, 1, 1).tolist()
     lengths = [require_count("each length", n, minimum=0) for n in lengths]
     if any(n > S for n in lengths):
         raise ValueError(f"lengths {lengths} must each be at most S={S}")
@@ -70,9 +68,7 @@ def combine_masks(*masks: Tensor) -> Tensor:
         raise ValueError("combine_masks needs at least one mask")
     combined = None
     for index, mask in enumerate(masks):
-        require_tensor(f"masks[{index}]", mask)
-        if mask.dtype != torch.bool:
-            raise TypeError(f"masks[{index}] must be boolean (True = may attend), got dtype {mask.dtype}")
+        require_mask(f"masks[{index}]", mask)
         if combined is not None:
             broadcast_shape(f"masks[0..{index - 1}] combined", tuple(combined.shape), f"masks[{index}]", tuple(mask.shape))
         combined = mask if combined is None else combined & mask
@@ -85,22 +81,13 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     Adding it to the scores and taking the softmax gives exactly the weights of the boolean
     form; two additive masks combine by addition (-inf + anything finite = -inf).
     """
-    require_tensor("mask", mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype (it holds -inf), got {dtype!r}")
+    require_mask("mask", mask)
+    require_float_dtype("dtype", dtype)  # it holds -inf
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
 # ------------------------------------------------------------------ one attention layer, three uses
 # The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
-
-
-def require_layer(name: str, layer: object) -> Attention:
-    if not isinstance(layer, Attention):
-        raise TypeError(f"{name} must be a course_lib.attention_scores.Attention layer, got {type(layer).__name__}")
-    return layer
 
 
 def _lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
@@ -119,7 +106,7 @@ def encoder_self_attention(layer: Attention, source: Tensor,
 
     source: (B, n, D) -> output (B, n, D), weights (B, n, n).
     """
-    require_layer("layer", layer)
+    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
     require_float("source", source, 3, 3)
     mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(source, mask=mask)
@@ -131,7 +118,7 @@ def decoder_self_attention(layer: Attention, target: Tensor,
 
     target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
     """
-    require_layer("layer", layer)
+    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
     require_float("target", target, 3, 3)
     mask = causal_mask(target.shape[1])  # (m, m)
     if target_lengths is not None:
@@ -145,7 +132,7 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
 
     target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
     """
-    require_layer("layer", layer)
+    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
     require_float("target", target, 3, 3)
     require_float("source", source, 3, 3)
     if target.shape[0] != source.shape[0]:
@@ -194,14 +181,10 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     q: (..., T, d_q), k: (..., S, d_k), v: (..., S, d_v), mask: bool broadcastable to (..., T, S).
     Returns (output (..., T, d_v), weights (..., T, S)).
     """
-    if not isinstance(scorer, AdditiveScorer):
-        raise TypeError(f"scorer must be an AdditiveScorer, got {type(scorer).__name__}")
-    require_float("k", k, min_rank=2)
-    require_float("v", v, min_rank=2)
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"k and v must have the same number of positions S: k has shape {tuple(k.shape)}, "
-                         f"v has shape {tuple(v.shape)}")
-    scores = scorer(q, k)  # (..., T, S)
+    require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")
+    scores = scorer(q, k)  # (..., T, S); the scorer checks q and k
+    if require_float("v", v, min_rank=2).shape[-2] != k.shape[-2]:
+        raise ValueError(f"k and v must share S: k has shape {tuple(k.shape)}, v has shape {tuple(v.shape)}")
     weights = softmax(scores, mask=mask)  # (..., T, S)
     return weights @ v, weights  # (..., T, d_v)
 
@@ -226,8 +209,6 @@ def toy_embedding(word: str, language: str) -> Tensor:
     A word and its translation share their meaning coordinate, so their dot product is 1;
     two words of one language share the language coordinate; width D = len(CONCEPTS) + 2.
     """
-    if word not in MEANING or language not in ("EN", "FR"):
-        raise ValueError(f"unknown word {word!r} or language {language!r} (languages: 'EN', 'FR')")
     x = torch.zeros(len(CONCEPTS) + 2)
     x[CONCEPTS.index(MEANING[word])] = 1.0
     x[len(CONCEPTS) + ("EN", "FR").index(language)] = 1.0
@@ -248,9 +229,8 @@ def matching_layer(d_model: int, sharpness: float = 4.0) -> Attention:
     a word of unrelated meaning: a hand-set stand-in for what training would learn.
     Its parameters are frozen (requires_grad=False).
     """
-    require_count("d_model", d_model)
     require_number("sharpness", sharpness, positive=True)
-    layer = Attention(d_model)
+    layer = Attention(d_model)  # checks d_model
     factor = (sharpness * d_model ** 0.5) ** 0.5  # the layer divides by sqrt(d_k) = sqrt(d_model)
     with torch.no_grad():
         for linear, value in ((layer.query, factor), (layer.key, factor), (layer.value, 1.0), (layer.out, 1.0)):
@@ -265,18 +245,10 @@ def fit_additive_scorer(scorer: AdditiveScorer, q: Tensor, k: Tensor, target_wei
     q: (..., T, d_q), k: (..., S, d_k), target_weights: (..., T, S). The loss is the mean
     cross-entropy of the rows that have an allowed key; returns the last loss.
     """
-    if not isinstance(scorer, AdditiveScorer):
-        raise TypeError(f"scorer must be an AdditiveScorer, got {type(scorer).__name__}")
-    require_float("q", q, min_rank=2)
-    require_float("k", k, min_rank=2)
-    require_float("target_weights", target_weights, min_rank=2)
-    expected = broadcast_shape("q's batch dimensions", tuple(q.shape[:-2]), "k's batch dimensions",
-                               tuple(k.shape[:-2])) + (q.shape[-2], k.shape[-2])
-    if target_weights.shape != expected:
-        raise ValueError(f"target_weights must have the scores' shape {tuple(expected)}, "
-                         f"got {tuple(target_weights.shape)}")
-    if mask is not None and mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+    require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")
+    scores = scorer(q, k).detach()  # (..., T, S); the scorer checks q and k
+    require_same_shape("target_weights", require_float("target_weights", target_weights), "the scores", scores)
+    # mask: the softmax of the first step checks it
     target_weights = target_weights.detach()
     live = target_weights.sum(-1) > 0  # (..., T): rows with at least one allowed key
     wanted = target_weights > 0  # (..., T, S): the keys whose log-weight the loss reads

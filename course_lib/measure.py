@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .guards import require_choice, require_count, require_float
+from .guards import require_choice, require_count, require_float, require_instance
 from .masks import AdditiveScorer
 
 # ------------------------------------------------------------------ what a computation costs
@@ -97,8 +97,7 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 
     Timing varies from machine to machine and run to run: show it, assert only wide margins.
     """
-    if not callable(score_fn):
-        raise TypeError(f"score_fn must be callable, got {type(score_fn).__name__}")
+    require_instance("score_fn", score_fn, Callable, "a function of (q, k)")
     require_float("q", q, min_rank=2)
     require_float("k", k, min_rank=2)
     require_count("repeats", repeats)
@@ -115,8 +114,8 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 
 
 def _require_sequence_fn_input(fn: object, x: Tensor) -> None:
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    """fn must be a function of x, and x one sequence (T, D)."""
+    require_instance("fn", fn, Callable, "a function of x")
     require_float("x", x, 2, 2)
 
 

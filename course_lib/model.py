@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import Attention, Rotation
-from .guards import (require_choice, require_count, require_float, require_number, require_tensor,
-                     require_token_ids, require_width)
+from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_mask,
+                     require_number, require_same_shape, require_token_ids, require_width)
 from .masks import causal_mask
 from .training import train
 
@@ -178,7 +178,10 @@ class EncoderDecoder(nn.Module):
         return self.decoder_norm(y), cross_weights
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        require_inputs(self.config, src, tgt_in, src_mask)
+        require_ids(src, self.config, "src")
+        require_ids(tgt_in, self.config, "tgt_in")
+        if src_mask is not None:
+            require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
         memory = self.encode(self.embed(src), src_mask)  # (B, S, D)
         return self.readout(self.decode(self.embed(tgt_in), memory, src_mask)[0])  # (B, T, V)
 
@@ -240,38 +243,25 @@ def check_config(config: ModelConfig) -> None:
     if config.n_heads is not None:
         require_count("config.n_heads", config.n_heads)
     require_choice("config.norm", config.norm, NORMS)
+    require_instance("config.positions", config.positions, str, "a string")  # built_positions reads its value
     require_number("config.eps", config.eps, non_negative=True)
     for name in ("causal", "residual", "bias"):
-        if not isinstance(getattr(config, name), bool):
-            raise TypeError(f"config.{name} must be True or False, got {getattr(config, name)!r}")
-    if not isinstance(config.positions, str):
-        raise TypeError(f"config.positions must be a string, got {type(config.positions).__name__}")
+        require_bool(f"config.{name}", getattr(config, name))
     if config.n_heads is not None and config.d_model % config.n_heads:
-        raise ValueError(f"config.d_model={config.d_model} does not split into config.n_heads={config.n_heads} "
-                         "equal heads")
+        raise ValueError(f"config.d_model={config.d_model} does not split into config.n_heads={config.n_heads} heads")
 
 
 def require_config(config: object) -> ModelConfig:
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
-    check_config(config)  # fields may have been changed since the config was made
+    check_config(require_instance("config", config, ModelConfig))  # its fields may have changed since it was made
     return config
 
 
 def built_positions(config: ModelConfig, positions: Positions | None) -> Positions:
     """The scheme passed in, or the one config.positions names ("none" or "learned")."""
     if positions is not None:
-        if not isinstance(positions, Positions):
-            raise TypeError(f"positions must be a Positions scheme, got {type(positions).__name__}")
-        return positions
+        return require_instance("positions", positions, Positions, "a Positions scheme")
     kind = require_choice("config.positions", config.positions, ("none", "learned"))
     return LearnedPositions(config.max_len, config.d_model) if kind == "learned" else Positions()
-
-
-def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None) -> None:
-    require_ids(src, config, "src")
-    require_ids(tgt_in, config, "tgt_in")
-    require_src_mask(src_mask, src)
 
 
 def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids") -> int:
@@ -281,19 +271,11 @@ def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids") -> int:
     return ids.shape[-1]
 
 
-def require_src_mask(src_mask: object, src: Tensor) -> None:
-    """src_mask must be None or a boolean tensor of src's shape (B, S), True = real token."""
-    if src_mask is not None and (not isinstance(src_mask, Tensor) or src_mask.dtype != torch.bool
-                                 or src_mask.shape != src.shape):
-        raise ValueError(f"src_mask must be a boolean tensor of src's shape {tuple(src.shape)} (True = real "
-                         f"token), got {src_mask!r}")
-
-
 def require_length_fits(T: int, max_len: int, table: str) -> None:
-    if T > max_len:
-        raise ValueError(
-            f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
-            f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
+    """T positions fit a table (or model) with rows for positions 0..max_len-1."""
+    if T > max_len:  # lesson 04 prints this message
+        raise ValueError(f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
+                         f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
 
 
 # ---------------------------------------------------------------- torch's modules, the same weights
@@ -304,10 +286,7 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
     Use it for both `attn_mask` (T, S) and `key_padding_mask` (B, S); a padding_mask of shape
     (B, 1, S) becomes a key_padding_mask with `to_torch_mha_mask(mask[:, 0])`.
     """
-    require_tensor("mask", mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor, got dtype {mask.dtype}")
-    return ~mask
+    return ~require_mask("mask", mask)
 
 
 def to_torch(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttention:
@@ -317,12 +296,10 @@ def to_torch(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttentio
     kdim = vdim = d_memory. batch_first=False: torch then takes and returns (T, B, D). torch's
     weights are (B, H, T, S) with average_attn_weights=False, for one head too.
     """
-    if not isinstance(layer, Attention):
-        raise TypeError(f"layer must be a course_lib.attention_scores.Attention layer, got {type(layer).__name__}")
-    if not isinstance(batch_first, bool):
-        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
+    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
+    require_bool("batch_first", batch_first)
     widths = (layer.query.out_features, layer.value.out_features)
-    if any(w != layer.d_model for w in widths):
+    if widths != (layer.d_model, layer.d_model):
         raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, got d_k, d_v = {widths}")
     theirs = nn.MultiheadAttention(layer.d_model, layer.n_heads or 1, bias=layer.query.bias is not None,
                                    batch_first=batch_first, dtype=layer.query.weight.dtype,
@@ -345,8 +322,8 @@ def _pairs(mine: nn.Module, theirs: nn.Module) -> list[tuple[Tensor | None, Tens
     if isinstance(mine, Block):
         cross = isinstance(theirs, nn.TransformerDecoderLayer)
         if cross != (mine.cross_attention is not None) or mine.ffn is None or mine.norm == "none":
-            raise ValueError("an nn.TransformerDecoderLayer goes into a Block(config, cross=True), an "
-                             "EncoderLayer into cross=False; both need an FFN and norms")
+            raise ValueError("a DecoderLayer goes into a Block with cross=True, an EncoderLayer into cross=False, "
+                             "both with an FFN and norms")
         pairs = _pairs(mine.attention, theirs.self_attn) + (_pairs(mine.cross_attention, theirs.multihead_attn)
                                                              if cross else [])
         norms = (theirs.norm1, theirs.norm2) + ((theirs.norm3,) if cross else ())
@@ -393,10 +370,6 @@ def train_tiny_model(model: DecoderOnly, make_batch: Callable[[torch.Generator],
     IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
     in `train` (True, or the task's name for the bar).
     """
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly model, got {type(model).__name__}")
-    if not callable(make_batch):
-        raise TypeError(f"make_batch must be callable, got {type(make_batch).__name__}")
     generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
     vocab_size = model.config.vocab_size
 

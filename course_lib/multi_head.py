@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from . import attention_scores
 from .attention_scores import Attention
-from .guards import require_count, require_float, require_tensor, require_token_ids, require_width
+from .guards import require_count, require_float, require_index, require_instance, require_items
 from .measure import OperationCounter
 from .model import IGNORE, DecoderOnly, ModelConfig, to_torch, train_tiny_model
 from .training import run_each
@@ -36,8 +36,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     require_float("x", x, min_rank=2)
     n_heads = require_count("n_heads", n_heads)
     if x.shape[-1] % n_heads:
-        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} "
-                         f"equal heads: x has shape {tuple(x.shape)}")
+        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} equal heads")
     return attention_scores.split_heads(x, n_heads)
 
 
@@ -47,20 +46,11 @@ def merge_heads(x: Tensor) -> Tensor:
     return attention_scores.merge_heads(x)
 
 
-def require_attention(name: str, layer: object) -> Attention:
-    if not isinstance(layer, Attention):
-        raise TypeError(f"{name} must be a course_lib.attention_scores.Attention layer, got {type(layer).__name__}")
-    return layer
-
-
 def _require_head(layer: Attention, head: object) -> int:
+    """head must be one of the layer's heads: an int in 0..n_heads-1."""
     if layer.n_heads is None:
         raise ValueError("the layer has no heads (n_heads=None): build it with Attention(..., n_heads=H)")
-    head = require_count("head", head, minimum=0)
-    if head >= layer.n_heads:
-        raise ValueError(f"head={head} is out of range: the layer has n_heads={layer.n_heads} "
-                         f"(0..{layer.n_heads - 1})")
-    return head
+    return require_index("head", head, layer.n_heads, "heads")
 
 
 # ------------------------------------------------------------------ cost
@@ -93,7 +83,7 @@ def head_weights(layer: Attention, head: int) -> dict[str, Tensor]:
 
     query, key: (d_head, D) and (d_head, d_memory); value: (d_v/H, d_memory); out: (D, d_v/H).
     """
-    require_attention("layer", layer)
+    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
     head = _require_head(layer, head)
     qk, ov = slice(head * layer.d_head, (head + 1) * layer.d_head), \
         slice(head * layer.d_value_head, (head + 1) * layer.d_value_head)
@@ -129,19 +119,14 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...],
     A head is silenced by zeroing its columns of the output projection: it still attends but
     writes nothing. `model` is an Attention layer, or a DecoderOnly model.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    require_instance("model", model, nn.Module, "an nn.Module")
     if isinstance(model, Attention):
         target = model
     else:
-        layers = getattr(model, "layers", None)
-        require_count("layer", layer, minimum=0)
-        if layers is None or layer >= len(layers):
-            raise ValueError(
-                f"layer={layer}: the model has no such layer")
-        target = require_attention(f"model.layers[{layer}].attention", layers[layer].attention)
-    if not isinstance(heads, (list, tuple)):
-        raise TypeError(f"heads must be a list of head indices, got {type(heads).__name__}")
+        layers = getattr(model, "layers", [])
+        require_index("layer", layer, len(layers), "layers of the model")
+        target = require_instance(f"model.layers[{layer}].attention", layers[layer].attention, Attention)
+    require_instance("heads", heads, (list, tuple), "a list of head indices")
     heads = [_require_head(target, h) for h in heads]
     silenced = copy.deepcopy(model)
     if isinstance(silenced, Attention):
@@ -165,19 +150,15 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...],
 def two_relation_targets(ids: Tensor, n_symbols: int) -> Tensor:
     """ids: (B, T) symbols in 0..n_symbols-1 -> targets (B, T).
 
-    targets[t] = previous * n_symbols + first; IGNORE at t = 0.
+    targets[t] = previous * n_symbols + first; IGNORE at t = 0. Trusts its input (two_relation_batch's).
     """
-    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
-    require_token_ids("ids", ids, n_symbols)
     targets = ids.roll(1, dims=-1) * n_symbols + ids[:, :1]  # (B, T): [t] = ids[t-1] * N + ids[0]
     targets[:, 0] = IGNORE  # position 0 has no previous symbol
     return targets
 
 
 def split_answer(classes: Tensor, n_symbols: int) -> tuple[Tensor, Tensor]:
-    """Answer classes (any shape) -> (previous symbol, first symbol), each of the same shape."""
-    require_tensor("classes", classes)
-    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
+    """Answer classes (any shape) -> (previous symbol, first symbol), each of the same shape. Trusts its input."""
     return classes.div(n_symbols, rounding_mode="floor"), classes.remainder(n_symbols)
 
 
@@ -224,8 +205,7 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
 
 def _require_relation_model(model: object) -> int:
     """The model's n_symbols, or a TypeError naming what it must be."""
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a DecoderOnly model (see multi_head_model), got {type(model).__name__}")
+    require_instance("model", model, DecoderOnly, "a DecoderOnly model (see multi_head_model)")
     return round(model.config.vocab_size ** 0.5)
 
 
@@ -279,9 +259,7 @@ def train_relation_seeds(steps: dict[int, int], seeds: tuple[int, ...], progress
     """
     if not isinstance(steps, dict) or not steps:
         raise TypeError(f"steps must be a non-empty dict {{n_heads: steps}}, got {steps!r}")
-    seeds = tuple(seeds)
-    if not seeds:
-        raise ValueError("seeds must name at least one seed")
+    seeds = tuple(require_items("seeds", seeds))
     runs = [(n_heads, require_count("steps", n), seed) for n_heads, n in steps.items()
             for seed in seeds]
     names = [f"{n_heads} head{'s' * (n_heads > 1)}, seed {seed}" for n_heads, _, seed in runs]
@@ -317,8 +295,7 @@ def logit_parts(model: nn.Module, ids: Tensor) -> dict[str, Tensor]:
     """
     _require_relation_model(model)
     if len(model.layers) != 1 or model.layers[0].ffn is not None or not model.config.residual:
-        raise ValueError("logit_parts needs one attention layer with a residual and no MLP "
-                         "(see multi_head_model)")
+        raise ValueError("logit_parts needs one attention layer with a residual and no MLP (see multi_head_model)")
     attention = model.attention
     model(ids)  # keeps each head's weights
     weights = model.last_weights  # (B, H, T, T)
@@ -341,10 +318,8 @@ def relation_logits(logits: Tensor, n_symbols: int) -> Tensor:
 
     Class = previous * n_symbols + first, so the logits are an n_symbols x n_symbols table;
     each half is that table averaged over the other half (linear: parts still add up).
+    relation_margins calls it on a checked model's logits.
     """
-    require_float("logits", logits, min_rank=1)
-    n_symbols = require_count("n_symbols", n_symbols, minimum=2)
-    require_width("logits", logits, n_symbols * n_symbols)
     table = logits.unflatten(-1, (n_symbols, n_symbols))  # (..., previous, first)
     return torch.stack([table.mean(-1), table.mean(-2)], dim=-2)  # (..., 2, n_symbols)
 

@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
-from .guards import (require_choice, require_count, require_float, require_number, require_same_dtype,
-                     require_tensor, require_width)
+from .guards import (require_bool, require_choice, require_count, require_float, require_index, require_instance,
+                     require_mask, require_number, require_same_dtype, require_same_shape, require_tensor,
+                     require_width)
 
 NORM_KINDS = ("batch", "layer", "rms")
 PLACEMENTS = ("post", "pre")
@@ -44,14 +45,9 @@ def _check_per_feature(x: Tensor, **vectors: Tensor | None) -> None:
 
 def _check_mask(mask: Tensor | None, x: Tensor) -> None:
     """A padding mask is bool with x's shape minus the feature axis (True = real token)."""
-    if mask is None:
-        return
-    require_tensor("mask", mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = real token), got dtype {mask.dtype}")
-    if mask.shape != x.shape[:-1]:
-        raise ValueError(f"mask must have x's shape without the feature axis, {tuple(x.shape[:-1])}: "
-                         f"mask has shape {tuple(mask.shape)}, x has shape {tuple(x.shape)}")
+    if mask is not None and require_mask("mask", mask).shape != x.shape[:-1]:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} must have x's shape without the feature axis: x has "
+                         f"shape {tuple(x.shape)}")
 
 
 # ---------------------------------------------------------------- BatchNorm
@@ -70,8 +66,7 @@ def batch_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Ten
         flat = flat[mask.reshape(-1)]  # (n, D): padding rows dropped
     count = flat.shape[0]
     if count == 0:
-        raise ValueError(f"mask marks no token as real, so there are no statistics to take: "
-                         f"x has shape {tuple(x.shape)}")
+        raise ValueError(f"mask marks no token as real in x of shape {tuple(x.shape)}: there are no statistics to take")
     mean = flat.mean(dim=0)  # (D,)
     var = ((flat - mean) ** 2).mean(dim=0)  # (D,)
     return mean, var, count
@@ -99,25 +94,21 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     """
     require_float("x", x, min_rank=2)
     _check_per_feature(x, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
-    _check_mask(mask, x)
     eps = require_number("eps", eps, non_negative=True)
     momentum = require_number("momentum", momentum, non_negative=True, at_most=1.0)
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be True or False, got {type(training).__name__} {training!r}")
+    require_bool("training", training)
     if (running_mean is None) != (running_var is None):
         raise ValueError("give both running_mean and running_var, or neither")
     if running_var is not None and bool((running_var < 0).any()):
-        raise ValueError(f"running_var must be >= 0 (it is a variance), got smallest value "
-                         f"{float(running_var.min()):g}")
+        raise ValueError(f"running_var must be >= 0 (a variance), got smallest value {float(running_var.min()):g}")
     if training:
-        mean, var, count = batch_statistics(x, mask)
-        if count < 2:
-            real = "real (mask) " if mask is not None else ""
-            raise ValueError(
-                f"batch_norm in training mode needs at least 2 tokens to estimate each feature's variance, "
-                f"but x of shape {tuple(x.shape)} gives {count} {real}token per feature. With one token, "
-                "x - mean = 0 and the output would be beta whatever the input. Use a larger batch, "
-                "eval mode (running statistics) or LayerNorm.")
+        mean, var, count = batch_statistics(x, mask)  # checks the mask
+        real = "real (mask) " if mask is not None else ""
+        if count < 2:  # lesson 05 prints this message
+            raise ValueError(f"batch_norm in training mode needs at least 2 tokens to estimate each feature's variance, "
+                             f"but x of shape {tuple(x.shape)} gives {count} {real}token per feature. With one token, "
+                             "x - mean = 0 and the output would be beta whatever the input. Use a larger batch, "
+                             "eval mode (running statistics) or LayerNorm.")
         if running_mean is not None:
             with torch.no_grad():  # the running averages are bookkeeping, not part of the graph
                 running_mean.mul_(1 - momentum).add_(momentum * mean)
@@ -252,14 +243,12 @@ def dependence_mask(fn: Callable[[Tensor], Tensor], x: Tensor, index: tuple[int,
     x: any shape; fn maps it to the same shape. Returns a bool tensor shaped like x, True where
     d fn(x)[index] / d x is not zero: for a normalization, the slice that shares its statistics.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be a function of x, got {type(fn).__name__}")
+    require_instance("fn", fn, Callable, "a function of x")
     require_float("x", x)
-    if (not isinstance(index, tuple) or len(index) != x.dim()
-            or any(isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n
-                   for i, n in zip(index, x.shape))):
-        raise ValueError(f"index {index!r} does not address one entry of x with shape {tuple(x.shape)}: "
-                         f"give a tuple of {x.dim()} ints")
+    entry = isinstance(index, tuple) and len(index) == x.dim()
+    if not entry or any(type(i) is not int or not -n <= i < n for i, n in zip(index, x.shape)):
+        raise ValueError(f"index {index!r} must be a tuple of {x.dim()} ints addressing one entry of x of shape "
+                         f"{tuple(x.shape)}")
     x = x.detach().clone().requires_grad_(True)
     fn(x)[index].backward()
     return x.grad != 0
@@ -273,9 +262,7 @@ def expected_slice(kind: str, shape: tuple[int, int, int], b: int, t: int, d: in
     for name, size in zip(("B", "T", "D"), shape):
         require_count(f"shape's {name}", size)
     for name, i, n in (("b", b, shape[0]), ("t", t, shape[1]), ("d", d, shape[2])):
-        require_count(name, i, minimum=0)
-        if i >= n:
-            raise ValueError(f"{name}={i} is outside the block of shape {shape}")
+        require_index(name, i, n, f"entries along {name.upper()} of the block of shape {shape}")
     out = torch.zeros(shape, dtype=torch.bool)
     if kind == "batch":
         out[:, :, d] = True  # one feature, every token of every sequence
@@ -314,8 +301,7 @@ def sigmoid_layer_gradient(scale: float, shift: float, normalized: bool, n_token
     """
     scale = require_number("scale", scale, positive=True)
     shift = require_number("shift", shift)
-    if not isinstance(normalized, bool):
-        raise TypeError(f"normalized must be True or False, got {type(normalized).__name__} {normalized!r}")
+    require_bool("normalized", normalized)
     for name, size in (("n_tokens", n_tokens), ("d_in", d_in), ("d_out", d_out)):
         require_count(name, size, minimum=2 if name == "n_tokens" else 1)
     require_count("seed", seed, minimum=0)
@@ -343,7 +329,6 @@ def residual_block(d_model: int, d_ff: int, placement: str) -> Block:
     placement "pre"  (GPT-2, nanoGPT):       x = x + attn(LN(x)), then x = x + ffn(LN(x)).
     block(x)[0]: (..., T, D) -> (..., T, D). No mask: every token sees every token.
     """
-    placement = require_choice("placement", placement, PLACEMENTS)
     config = ModelConfig(d_model=d_model, d_ff=require_count("d_ff", d_ff), norm=placement, bias=False)
     return Block(config)
 
@@ -355,6 +340,7 @@ def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
     The same seed gives the same weights for "post" and "pre", so only the norms' place differs.
     The global random state is left as it was.
     """
+    require_choice("placement", placement, PLACEMENTS)  # residual_block trusts it
     require_count("depth", depth)
     require_count("seed", seed, minimum=0)
     with torch.random.fork_rng():
@@ -372,19 +358,12 @@ def depth_profile(blocks: nn.ModuleList, x: Tensor, upstream: Tensor) -> tuple[T
     """
     if (not isinstance(blocks, nn.ModuleList) or len(blocks) == 0
             or not all(isinstance(b, Block) and b.norm in PLACEMENTS for b in blocks)):
-        raise TypeError("blocks must be a non-empty nn.ModuleList of post-LN or pre-LN Blocks, as block_stack "
-                        "returns")
+        raise TypeError("blocks must be a non-empty nn.ModuleList of post-LN or pre-LN Blocks, as block_stack returns")
     if len({b.norm for b in blocks}) > 1:
         raise ValueError("blocks mix post-LN and pre-LN; build them with one block_stack call")
-    require_float("x", x, min_rank=2)
-    weights_dtype = next(blocks.parameters()).dtype
-    if x.dtype != weights_dtype:
-        raise TypeError(f"x has dtype {x.dtype} but the blocks' weights are {weights_dtype}; they must match")
-    require_float("upstream", upstream, min_rank=2)
-    require_same_dtype(x=x, upstream=upstream)
-    require_width("x", x, blocks[0].attention.d_model)
-    if upstream.shape != x.shape:
-        raise ValueError(f"upstream must have x's shape {tuple(x.shape)}, got {tuple(upstream.shape)}")
+    require_width("x", require_float("x", x, min_rank=2), blocks[0].attention.d_model)
+    require_same_shape("upstream", require_float("upstream", upstream, min_rank=2), "x", x)
+    require_same_dtype(x=x, upstream=upstream, blocks_weights=next(blocks.parameters()))
     blocks.zero_grad(set_to_none=True)
     stream, norms = x, [x.norm(dim=-1).mean()]
     for block in blocks:

@@ -64,10 +64,8 @@ def _as_numpy(matrix: Tensor | np.ndarray) -> np.ndarray:
 def _check_labels(values: np.ndarray, row_labels: Sequence[str],
                   col_labels: Sequence[str]) -> None:
     if values.shape != (len(row_labels), len(col_labels)):
-        raise ValueError(
-            f"matrix of shape {values.shape} needs {values.shape[0]} row labels and "
-            f"{values.shape[1]} column labels, got {len(row_labels)} and "
-            f"{len(col_labels)}")
+        raise ValueError(f"matrix of shape {values.shape} needs {values.shape[0]} row labels and {values.shape[1]} "
+                         f"column labels, got {len(row_labels)} and {len(col_labels)}")
 
 
 def _allowed_mask(values: np.ndarray, allowed: Tensor | np.ndarray | None) -> np.ndarray:

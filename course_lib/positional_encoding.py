@@ -25,8 +25,8 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (require_choice, require_count, require_float, require_integer, require_number,
-                     require_width)
+from .guards import (require_choice, require_count, require_float, require_float_dtype, require_index,
+                     require_integer, require_number, require_same_shape, require_width)
 from .model import (IGNORE, DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits,
                     train_tiny_model)
 from .training import run_each
@@ -41,8 +41,7 @@ def _require_even_width(name: str, width: object) -> int:
     """A width made of sin/cos pairs: a positive even int."""
     require_count(name, width)
     if width % 2:
-        raise ValueError(f"{name} must be an even number >= 2 (the coordinates come in sin/cos pairs), "
-                         f"got {name}={width}")
+        raise ValueError(f"{name} must be an even number >= 2 (sin/cos pairs), got {name}={width}")
     return width
 
 
@@ -51,12 +50,10 @@ def _as_positions(positions: int | Tensor, name: str = "positions") -> Tensor:
     if isinstance(positions, Tensor):
         require_integer(name, positions)
         if positions.numel() and int(positions.min()) < 0:
-            raise ValueError(f"{name} must be >= 0 (position 0 is the first token), got a minimum of "
-                             f"{int(positions.min())} in {name} of shape {tuple(positions.shape)}")
+            raise ValueError(f"{name} must be >= 0 (0 is the first token), got a minimum of {int(positions.min())}")
         return positions
     if isinstance(positions, bool) or not isinstance(positions, int):
-        raise TypeError(f"{name} must be an int (the number of positions) or an integer tensor, "
-                        f"got {type(positions).__name__} {positions!r}")
+        raise TypeError(f"{name} must be an int (how many) or an integer tensor, got {type(positions).__name__}")
     return torch.arange(require_count(name, positions, minimum=0))
 
 
@@ -91,11 +88,8 @@ def block_rotation(angles: Tensor, scales: Tensor | None = None) -> Tensor:
     For looking at the map as a matrix; computing with it goes through rotate_pairs.
     """
     require_float("angles", angles, 1, 1)
-    if scales is not None:
-        require_float("scales", scales, 1, 1)
-        if scales.shape != angles.shape:
-            raise ValueError(f"scales of shape {tuple(scales.shape)} must match angles of shape "
-                             f"{tuple(angles.shape)}: one scale per pair")
+    if scales is not None:  # one scale per pair
+        require_same_shape("scales", require_float("scales", scales, 1, 1), "angles", angles)
     identity = torch.eye(2 * angles.shape[0], dtype=angles.dtype)
     matrix = rotate_pairs(identity, angles).T  # (D, D): column i is the turned basis vector e_i
     if scales is not None:
@@ -119,9 +113,7 @@ def frequencies(d_model: int, base: float = 10000.0) -> Tensor:
 def wavelength(d_model: int, j: int, base: float = 10000.0) -> float:
     """Positions per full turn of pair j: 2 pi / c_j = 2 pi * base^(2j/d_model)."""
     freqs = frequencies(d_model, base)
-    require_count("j", j, minimum=0)
-    if j >= len(freqs):
-        raise ValueError(f"pair index j={j} is out of range: d_model={d_model} has pairs 0..{len(freqs) - 1}")
+    require_index("j", j, len(freqs), f"sin/cos pairs of d_model={d_model}")
     return 2 * math.pi / float(freqs[j])
 
 
@@ -134,8 +126,7 @@ def sinusoidal_encoding(positions: int | Tensor, d_model: int, base: float = 100
     so large positions keep their accuracy in float32.
     """
     positions = _as_positions(positions)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    require_float_dtype("dtype", dtype)
     angles = positions.to(torch.float64).unsqueeze(-1) * frequencies(d_model, base)  # (..., D/2)
     # stack then flatten interleaves: sin, cos, sin, cos, ...
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2).to(dtype)  # (..., D)
@@ -202,8 +193,8 @@ def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 1
     d = _require_even_width("the last dimension d of x", x.shape[-1])
     positions = _as_positions(x.shape[-2] if positions is None else positions)
     if positions.shape != (x.shape[-2],):
-        raise ValueError(f"positions of shape {tuple(positions.shape)} must have one entry per row of x: "
-                         f"x has shape {tuple(x.shape)}, so ({x.shape[-2]},)")
+        raise ValueError(f"positions of shape {tuple(positions.shape)} must have one entry per row of x: x has shape "
+                         f"{tuple(x.shape)}")
     angles = positions.to(torch.float64).unsqueeze(-1) * frequencies(d, base)  # (T, d/2), float64
     return rotate_pairs(x, angles)  # (..., T, d)
 
@@ -285,8 +276,8 @@ class ALiBiPositions(Positions):
 
 def positions_for(kind: str, config: ModelConfig, base: float = 10000.0, alibi_slope: float = 0.5,
                   learned_slope: bool = False) -> Positions | None:
-    """The position scheme named `kind` for a model of this config (None: DecoderOnly builds its own)."""
-    require_choice("kind", kind, POSITION_KINDS)
+    """The position scheme named `kind` for a model of this config (None: DecoderOnly builds its own).
+    tiny_model checked the kind."""
     if kind in ("none", "learned"):
         return None  # lesson 02's DecoderOnly builds these itself, seeded by config.seed
     if kind == "sinusoidal":
@@ -310,10 +301,8 @@ def tiny_model(kind: str, base: float = 10000.0, alibi_slope: float = 0.5, learn
 
 def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Callable[[torch.Generator],
                                                                                       tuple[Tensor, Tensor]]:
-    """make_batch for train_tiny_model: random ids (B, T), target at t >= 1 is the token at t - 1."""
-    require_count("n_sequences", n_sequences)
-    require_count("length", length, minimum=2)
-    require_count("vocab_size", vocab_size, minimum=2)
+    """make_batch for train_tiny_model: random ids (B, T), target at t >= 1 is the token at t - 1.
+    Its callers' sizes are checked (previous_token_runs, a model's config)."""
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
@@ -324,22 +313,14 @@ def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Call
     return make_batch
 
 
-def _require_tiny_model(model: object) -> None:
-    if not isinstance(model, DecoderOnly):
-        raise TypeError(f"model must be a model.DecoderOnly (see tiny_model), got {type(model).__name__}")
-
-
 def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int = 150, lr: float = 0.02,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
 
     Training sequences have exactly `train_length` tokens, so a learned table's rows past
-    train_length never get a gradient. Returns the final training loss.
+    train_length never get a gradient. Returns the final training loss. previous_token_runs checks
+    train_length; the model's forward refuses one longer than its max_len.
     """
-    _require_tiny_model(model)
-    require_count("train_length", train_length, minimum=2)
-    require_count("seed", seed, minimum=0)
-    require_length_fits(train_length, model.config.max_len, "model")
     make_batch = previous_token_batch(batch, train_length, model.config.vocab_size)
     return train_tiny_model(model, make_batch, steps, lr, seed)[-1]
 
@@ -351,11 +332,8 @@ def measure_previous_token(model: DecoderOnly, length: int, n_sequences: int = 2
 
     Returns two (length - 1,) tensors; entry i is position t = i + 1: the share of sequences
     whose token t-1 is the model's top answer (chance is 1 / V), and the mean attention
-    weight that query t puts on key t-1.
+    weight that query t puts on key t-1. previous_token_runs checks length (its test_length).
     """
-    _require_tiny_model(model)
-    require_count("length", length, minimum=2)
-    require_count("seed", seed, minimum=0)
     ids, targets = previous_token_batch(n_sequences, length, model.config.vocab_size)(
         torch.Generator().manual_seed(seed))
     predicted = model(ids).argmax(-1)  # (B, T)
@@ -385,6 +363,7 @@ def previous_token_runs(kinds: Iterable[str], seeds: Iterable[int], train_length
     run for run.
     """
     pairs = [(kind, seed) for kind in kinds for seed in seeds]
+    require_count("train_length", train_length, minimum=2)
     require_count("test_length", test_length, minimum=2)
     job = functools.partial(_previous_token_run, train_length=train_length, test_length=test_length,
                             model_args=model_args)

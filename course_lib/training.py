@@ -250,9 +250,7 @@ def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int 
     require_count("workers", workers)
     items = list(items)
     label = _progress_label("progress", progress, "training")
-    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
-    if len(names) != len(items):
-        raise ValueError(f"names must name each of the {len(items)} items, got {len(names)} names")
+    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)  # one per item: the callers'
     board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
         return _run_in_processes(job, items, workers, board)

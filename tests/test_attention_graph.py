@@ -22,7 +22,6 @@ from course_lib.attention_graph import (
     hopfield_run,
     hopfield_update,
     layered_graph,
-    line_layout,
     noisy_queries,
     random_patterns,
     retrieval_rate,
@@ -246,9 +245,7 @@ def test_svg_curve_draws_named_series_dashed_and_the_default_solid():
     (lambda: token_ablation(lambda x: x, torch.zeros(2, 3, dtype=torch.long), 1), "one sequence"),
     (lambda: token_ablation(lambda x: x, torch.zeros(1, 3), 1), "integers"),
     (lambda: token_ablation(lambda x: x, torch.zeros(1, 3, dtype=torch.long), 1, query=5), "query"),
-    (lambda: layered_graph([torch.eye(3)[None]]), "one sequence"),
     (lambda: draw_graph("not a graph", None), "graph must be a networkx DiGraph"),
-    (lambda: line_layout(0), "n"),
     (lambda: retrieved(torch.zeros(1, 2), torch.zeros(1, 2, 2), torch.tensor([0]), tolerance=0),
      "tolerance"),
 ])

@@ -319,11 +319,11 @@ def test_fit_power_law_recovers_a_and_p():
     (lambda: train_rule_model(d_model=0), ValueError, "d_model"),
     (lambda: slot_accuracy("model"), TypeError, "model"),
     (lambda: xor_residue(None), TypeError, "model"),
-    (lambda: capacity_curve([]), TypeError, "d_ffs"),
+    (lambda: capacity_curve([]), ValueError, "d_ffs must not be empty"),
     (lambda: capacity_curve([8, 0]), ValueError, "d_ff"),
     (lambda: rules_right(10), ValueError, "multiple of 4"),
     (lambda: rules_right(8, n_answers=1), ValueError, "n_answers"),
-    (lambda: train_rule_models([]), TypeError, "seeds"),
+    (lambda: train_rule_models([]), ValueError, "seeds must not be empty"),
     (lambda: fit_power_law(torch.tensor([1.0, 2.0]), torch.tensor([1.0, -2.0])), ValueError, "positive"),
     (lambda: fit_power_law(torch.tensor([1.0]), torch.tensor([1.0])), ValueError, "x and y"),
 ])

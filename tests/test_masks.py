@@ -402,7 +402,7 @@ def test_padding_mask_rejects_lengths_longer_than_s():
 def test_padding_mask_rejects_negative_and_float_lengths():
     with pytest.raises(ValueError, match="each length must be >= 0, got each length=-1"):
         padding_mask([3, -1], 4)
-    with pytest.raises(TypeError, match=r"lengths must be a 1-D integer tensor, got dtype torch.float32 and shape \(2,\)"):
+    with pytest.raises(TypeError, match=r"lengths must hold integers, got dtype torch.float32"):
         padding_mask(torch.tensor([3.0, 1.0]), 4)
 
 
@@ -412,7 +412,7 @@ def test_padding_mask_rejects_unknown_side():
 
 
 def test_combine_masks_rejects_float_masks_and_bad_shapes():
-    with pytest.raises(TypeError, match=r"masks\[1\] must be boolean .* torch.float32"):
+    with pytest.raises(TypeError, match=r"masks\[1\] must be a boolean tensor .* torch.float32"):
         combine_masks(causal_mask(3), torch.zeros(3, 3))
     with pytest.raises(ValueError, match=r"masks\[0..0\] combined of shape \(3, 3\) does not broadcast with masks\[1\] of shape \(2, 4\)"):
         combine_masks(causal_mask(3), torch.ones(2, 4, dtype=torch.bool))
@@ -423,7 +423,7 @@ def test_combine_masks_rejects_float_masks_and_bad_shapes():
 def test_additive_mask_and_torch_conversion_reject_non_boolean_masks():
     with pytest.raises(TypeError, match="mask must be a boolean tensor .* torch.int64"):
         additive_mask(torch.ones(2, 2, dtype=torch.long))
-    with pytest.raises(TypeError, match="mask must be a boolean tensor, got dtype torch.float32"):
+    with pytest.raises(TypeError, match="mask must be a boolean tensor .* torch.float32"):
         to_torch_mha_mask(torch.zeros(2, 2))
 
 
@@ -495,7 +495,7 @@ def test_causality_helpers_want_one_sequence():
     ("seed", -1, ValueError, "config.seed must be >= 0"),
     ("n_decoder_layers", -1, ValueError, "config.n_decoder_layers must be >= 0, got config.n_decoder_layers=-1"),
     ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
-    ("causal", 1, TypeError, "config.causal must be True or False, got 1"),
+    ("causal", 1, TypeError, "config.causal must be True or False, got int 1"),
     ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
     with pytest.raises(error, match=message):
@@ -521,17 +521,13 @@ def test_tiny_model_and_its_training_name_bad_arguments():
     with pytest.raises(ValueError, match="sequence length T=9 is longer than max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     batch = lambda gen: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="model must be a DecoderOnly model, got Linear"):
-        train_tiny_model(torch.nn.Linear(2, 2), batch, steps=1)
-    with pytest.raises(TypeError, match="make_batch must be callable, got list"):
-        train_tiny_model(model, [], steps=1)
     with pytest.raises(ValueError, match="lr must be positive, got -1.0"):
         train_tiny_model(model, batch, steps=1, lr=-1)
     with pytest.raises(ValueError, match="seed must be >= 0, got seed=-2"):
         train_tiny_model(model, batch, steps=1, seed=-2)
     with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
         LearnedPositions(0, 4)
-    with pytest.raises(TypeError, match="config.causal must be True or False, got 'no'"):
+    with pytest.raises(TypeError, match="config.causal must be True or False, got str 'no'"):
         train_next_token("no", steps=1)
     with pytest.raises(TypeError, match="batch must be an int, got float 8.0"):
         train_next_token(True, steps=1, batch=8.0)
@@ -564,7 +560,7 @@ def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     scorer = AdditiveScorer(4, 4, 4)
     with pytest.raises(TypeError, match="k must be a floating-point tensor, got dtype torch.int64"):
         additive_attention(scorer, x, torch.ones(2, 3, 4, dtype=torch.long), x)
-    with pytest.raises(ValueError, match=r"target_weights must have the scores' shape \(2, 3, 3\), got \(3, 3\)"):
+    with pytest.raises(ValueError, match=r"target_weights of shape \(3, 3\) must have the shape of the scores, \(2, 3, 3\)"):
         fit_additive_scorer(scorer, x, x, torch.ones(3, 3) / 3)
     with pytest.raises(TypeError, match="mask must be a boolean tensor"):
         fit_additive_scorer(scorer, x, x, torch.ones(2, 3, 3) / 3, mask=torch.ones(3, 3))
@@ -578,13 +574,13 @@ def test_cost_and_causality_helpers_name_bad_arguments():
         operations_per_score("dot", 0)
     with pytest.raises(TypeError, match="d_hidden must be an int, got float 2.0"):
         operations_per_score("additive", 4, 2.0)
-    with pytest.raises(TypeError, match="score_fn must be callable, got str"):
+    with pytest.raises(TypeError, match=r"score_fn must be a function of \(q, k\), got str"):
         seconds_per_score("q @ k.T", q, q)
     with pytest.raises(ValueError, match="repeats must be >= 1, got repeats=0"):
         seconds_per_score(lambda a, b: a @ b.T, q, q, repeats=0)
     with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
         seconds_per_score(lambda a, b: a, torch.ones(3, 4, dtype=torch.long), q)
-    with pytest.raises(TypeError, match="fn must be callable, got Tensor"):
+    with pytest.raises(TypeError, match="fn must be a function of x, got Tensor"):
         influence_matrix(q, q)
     with pytest.raises(ValueError, match="seed must be >= 0, got seed=-1"):
         future_perturbation(lambda x: x, q, seed=-1)
@@ -597,8 +593,6 @@ def test_other_bad_arguments_are_named():
         operations_per_score("cosine", 4)
     with pytest.raises(ValueError, match="steps must be >= 1, got steps=0"):
         train_next_token(True, steps=0)
-    with pytest.raises(ValueError, match="unknown word 'chien' or language 'DE'"):
-        toy_embedding("chien", "DE")
     with pytest.raises(ValueError, match="sharpness must be positive, got -1.0"):
         matching_layer(4, sharpness=-1)
 

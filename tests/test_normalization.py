@@ -363,7 +363,7 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         batch_norm(x, torch.zeros(4), torch.ones(4, 1))
     with pytest.raises(TypeError, match="x, bias must share one dtype, got x torch.float32, bias torch.float64"):
         layer_norm(x, None, torch.zeros(4, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"mask must have x's shape without the feature axis, \(2, 3\): mask has shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 4\) must have x's shape without the feature axis: x has shape \(2, 3, 4\)"):
         batch_statistics(x, torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask must be a boolean tensor.*torch.float32"):
         batch_statistics(x, torch.ones(2, 3))
@@ -375,9 +375,9 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         normalize_tokens("group", x)
     with pytest.raises(ValueError, match="mask only applies to kind='batch'"):
         normalize_tokens("layer", x, torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"index \(0, 5, 0\) does not address one entry of x with shape \(2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"index \(0, 5, 0\) must be a tuple of 3 ints addressing one entry of x of shape \(2, 3, 4\)"):
         dependence_mask(layer_norm, x, (0, 5, 0))
-    with pytest.raises(ValueError, match=r"d=6 is outside the block of shape \(2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"d=6 is out of range for 4 entries along D of the block of shape \(2, 3, 4\)"):
         expected_slice("layer", (2, 3, 4), 0, 0, 6)
     with pytest.raises(ValueError, match="length must be between 1 and 8"):
         toy_batch([], 9)
@@ -432,7 +432,7 @@ def test_functions_name_the_argument_and_the_problem(call, error, message):
     (lambda: BatchNorm(4, momentum=-0.1), ValueError, "momentum must be >= 0, got -0.1"),
     (lambda: residual_block(0, 8, "pre"), ValueError, "d_model must be >= 1"),
     (lambda: residual_block(8, 8.0, "pre"), TypeError, "d_ff must be an int, got float"),
-    (lambda: residual_block(8, 8, "middle"), ValueError, r"placement must be one of \('post', 'pre'\), got 'middle'"),
+    (lambda: block_stack("middle", 2), ValueError, r"placement must be one of \('post', 'pre'\), got 'middle'"),
     (lambda: block_stack("pre", 0), ValueError, "depth must be >= 1, got depth=0"),
     (lambda: block_stack("pre", 2, seed=-1), ValueError, "seed must be >= 0"),
 ])
@@ -454,9 +454,9 @@ def test_module_inputs_are_checked_at_the_entry_point():
     x = torch.randn(2, 3, 16, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"x must have last dimension 16, got shape \(2, 3, 8\)"):
         depth_profile(blocks, x[..., :8], x[..., :8])
-    with pytest.raises(ValueError, match=r"upstream must have x's shape \(2, 3, 16\), got \(3, 16\)"):
+    with pytest.raises(ValueError, match=r"upstream of shape \(3, 16\) must have the shape of x, \(2, 3, 16\)"):
         depth_profile(blocks, x, x[0])
-    with pytest.raises(TypeError, match="x, upstream must share one dtype"):
+    with pytest.raises(TypeError, match="x, upstream, blocks_weights must share one dtype"):
         depth_profile(blocks, x, x.float())
     with pytest.raises(TypeError, match="blocks must be a non-empty nn.ModuleList of post-LN or pre-LN Blocks"):
         depth_profile([blocks[0]], x, x)
@@ -464,7 +464,7 @@ def test_module_inputs_are_checked_at_the_entry_point():
         depth_profile(nn.ModuleList(), x, x)
     with pytest.raises(ValueError, match="blocks mix post-LN and pre-LN"):
         depth_profile(nn.ModuleList([blocks[0], block_stack("post", 1, 16, 32)[0]]), x, x)
-    with pytest.raises(TypeError, match="x has dtype torch.float32 but the blocks' weights are torch.float64"):
+    with pytest.raises(TypeError, match="x torch.float32, upstream torch.float32, blocks_weights torch.float64"):
         depth_profile(blocks, x.float(), x.float())
 
 
