@@ -274,7 +274,8 @@ def check_projections(x: Tensor, **weights: Tensor) -> None:
                              f"and a column or more: x has shape {tuple(x.shape)}")
     require_same_dtype(x=x, **weights)
     if weights["w_q"].shape[1] != weights["w_k"].shape[1]:
-        raise ValueError(f"w_q {tuple(weights['w_q'].shape)} and w_k {tuple(weights['w_k'].shape)} must give one d_k")
+        raise ValueError(f"w_q {tuple(weights['w_q'].shape)} and w_k {tuple(weights['w_k'].shape)} must give the "
+                         "same d_k (their number of columns)")
 
 
 def project_qkv(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
