@@ -49,8 +49,13 @@ def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Ten
         # but keeps exp() from overflowing. A slice of only -inf has maximum -inf; clamping it to
         # the most negative float keeps exp(-inf - max) = 0 instead of exp(nan).
         row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        logits = logits - row_max
-    exps = logits.exp()
+        # exp_ overwrites the difference this same line has just made, which nothing else holds:
+        # one intermediate of the scores' size less to allocate and fill (most of the cost at
+        # long sequences). Autograd allows it (the subtraction keeps no copy of its output), so
+        # does vmap (the tensor is new and batched like logits).
+        exps = (logits - row_max).exp_()
+    else:
+        exps = logits.exp()
     total = exps.sum(dim=dim, keepdim=True)
     # Stable: total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1), so clamping
     # at 1 changes only the slices with none left: dividing by 1 instead of 0 gives zeros, and a
