@@ -9,7 +9,7 @@ Measures
     click) to the view's DOM change, p50 / p95 in ms, for each lesson, with presses 150 ms
     apart and back to back;
   - course_lib's attention vs torch's scaled_dot_product_attention at the same shapes
-    (median of repeated runs, measured back to back in this one run), as a ratio;
+    (median of repeated runs, the two interleaved, in a fresh Python process), as a ratio;
   - grading a class: scripts/grade.py over 40 generated submissions of set 01 (sandboxed,
     in parallel), wall seconds in all and per submission.
 Targets on a 2-core CPU: notebook <= 10 s, round trip p50 <= 50 ms and p95 <= 100 ms,
