@@ -338,6 +338,13 @@ def _rule_model(seed: int, kwargs: dict) -> DecoderOnly:
     return train_rule_model(seed=seed, **kwargs)
 
 
+def rule_model_run(run: tuple[int, dict]) -> DecoderOnly:
+    """train_rule_model(seed=seed, **settings) for run = (seed, settings): one item for
+    training.run_each, so that models of different settings train in one pool (lesson 07)."""
+    seed, settings = run
+    return train_rule_model(seed=seed, **settings)
+
+
 def strictly_right(logits: Tensor, targets: Tensor) -> Tensor:
     """Is the target's logit above every other logit? (..., V), (...) -> (...), bool.
 
