@@ -33,7 +33,8 @@ class OperationCounter(TorchDispatchMode):
 
     Matrix products count m*n*k multiply-adds; add/sub, mul/div and tanh count one per output
     element; shape-only operations (views, transposes) count nothing; anything else is listed
-    under its own name so that no work goes uncounted.
+    under its own name so that no work goes uncounted. An in-place form (exp_, add_) counts as
+    its plain one: the arithmetic is the same.
     """
 
     MATMULS = ("mm", "bmm", "addmm")
@@ -55,6 +56,8 @@ class OperationCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
+        if name.endswith("_") and not name.startswith("_"):  # exp_ does the arithmetic of exp, in place
+            name = name[:-1]
         if name in self.MATMULS:
             a, b = args[-2], args[-1]  # addmm(bias, a, b): the product is of the last two
             self.counts["multiply-adds"] += a.numel() * b.shape[-1]  # (.., m, k) @ (.., k, n): m*k*n

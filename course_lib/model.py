@@ -407,3 +407,10 @@ def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8,
         generated = torch.stack([model(ids[:, : t + 1])[:, -1].argmax(-1) for t in range(T)], dim=1)  # (256, T)
         generation = (generated == ids[:, 1:]).float().mean().item()
     return {"train_loss": losses[-1], "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
+
+
+def next_token_run(run: tuple[bool, int], steps: int = 100) -> dict[str, float]:
+    """train_next_token(causal, steps, seed=seed) for run = (causal, seed): one item for
+    training.run_each, which trains several runs at once in other processes (lesson 02)."""
+    causal, seed = run
+    return train_next_token(causal, steps, seed=seed)

@@ -59,19 +59,38 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     report = _report_step
     every = max(1, steps // 50)  # about 50 updates per run: a widget message costs time too
     losses = []
-    for step in range(steps):
-        loss = loss_of_step(step)
-        for p in parameters:
-            p.grad = None
-        loss.backward()
-        step_rule.step()
-        losses.append(loss.item())
-        if (step + 1) % every == 0 or step + 1 == steps:
-            if bar is not None:
-                bar.update(step + 1, f"step {step + 1} of {steps}, loss {losses[-1]:.4g}")
-            if report is not None:
-                report(step + 1, steps, losses[-1])
+    with _subnormals_flushed():
+        for step in range(steps):
+            loss = loss_of_step(step)
+            for p in parameters:
+                p.grad = None
+            loss.backward()
+            step_rule.step()
+            losses.append(loss.item())
+            if (step + 1) % every == 0 or step + 1 == steps:
+                if bar is not None:
+                    bar.update(step + 1, f"step {step + 1} of {steps}, loss {losses[-1]:.4g}")
+                if report is not None:
+                    report(step + 1, steps, losses[-1])
     return losses
+
+
+@contextlib.contextmanager
+def _subnormals_flushed() -> Iterator[None]:
+    """While the block runs, this thread's CPU reads and writes subnormal floats as 0.
+
+    Subnormals (float32 below 1.2e-38) appear once a model is sure of its answers: attention
+    weights of exp(-90), the gradients that flow through them. A CPU multiplies them some ten to
+    a hundred times slower than other numbers, and they change no weight: an update of 1e-39 is
+    far below what a weight of size 0.01 can resolve. Measured: every lesson's training gives the
+    same losses digit for digit, and lesson 04's learned table trains in 0.21 s instead of 0.36 s.
+    Only training flushes: lesson 01 shows what exp() does to tiny numbers.
+    """
+    torch.set_flush_denormal(True)  # returns False, and does nothing, on a CPU without the mode
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)  # torch's default
 
 
 class SGD:

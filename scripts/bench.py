@@ -9,7 +9,7 @@ Measures
     click) to the view's DOM change, p50 / p95 in ms, for each lesson, with presses 150 ms
     apart and back to back;
   - course_lib's attention vs torch's scaled_dot_product_attention at the same shapes
-    (median of repeated runs, measured back to back in this one run), as a ratio;
+    (median of repeated runs, the two interleaved, in a fresh Python process), as a ratio;
   - grading a class: scripts/grade.py over 40 generated submissions of set 01 (sandboxed,
     in parallel), wall seconds in all and per submission.
 Targets on a 2-core CPU: notebook <= 10 s, round trip p50 <= 50 ms and p95 <= 100 ms,
@@ -161,6 +161,23 @@ def _round_trips(served: Path, presses: int) -> dict[str, dict[str, float]]:
 
 
 def attention_ratio(repeats: int = 60) -> dict[str, dict[str, float]]:
+    """attention_ratio_here in a fresh Python process: a defined state, whatever ran before.
+
+    In this process the figure for the large shapes depends on what ran earlier: glibc hands a
+    fresh process each new (..., T, S) intermediate of 8 MB as new pages from the kernel (mapped
+    and zeroed at first touch, and given back when freed), while after other work its heap
+    holds freed memory to reuse. Seen for 4x8x256x64: 4.05 in a fresh process, 1.74 after the
+    notebooks and widgets. A fresh process is what a lesson's first attention call meets."""
+    import subprocess
+
+    command = [sys.executable, str(Path(__file__).resolve()), "--attention-only", str(repeats)]
+    printed = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(printed)
+
+
+def attention_ratio_here(repeats: int = 60) -> dict[str, dict[str, float]]:
+    """course_lib's attention against torch's fused kernel at ATTENTION_SHAPES, in this process:
+    the median time of each over `repeats` interleaved calls, and their ratio."""
     torch.manual_seed(0)
     results = {}
     for shape in ATTENTION_SHAPES:
@@ -246,4 +263,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--attention-only"]:  # attention_ratio's fresh process
+        print(json.dumps(attention_ratio_here(int(sys.argv[2]))))
+    else:
+        main()

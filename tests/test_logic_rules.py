@@ -13,9 +13,11 @@ from course_lib.logic_rules import (
     FRIEND_RULES, HELD_RULES, KINSHIP_RULES, NEW_PEOPLE, PEOPLE, RELATIONS, RULES, TOKEN, TRAIN_PEOPLE,
     TRAIN_RULES, VOCAB, all_sentences, capacity_curve, composition_answers, composition_head,
     composition_lookup, composition_readout, decode, encode, fit_power_law, friend_enemy_model,
-    handset_layout, handset_model, random_layer_features, rule_targets, rules_right, sentence_batch,
-    slot_accuracy, strictly_right, symmetric_gram, train_rule_model, train_rule_models, xor_residue)
+    handset_layout, handset_model, random_layer_features, rule_model_run, rule_targets, rules_right,
+    sentence_batch, slot_accuracy, strictly_right, symmetric_gram, train_rule_model, train_rule_models,
+    xor_residue)
 from course_lib.model import IGNORE, DecoderOnly, ModelConfig
+from course_lib.training import run_each
 
 
 @pytest.fixture(autouse=True)
@@ -232,6 +234,16 @@ def test_train_rule_models_trains_one_model_per_seed():
     again = train_rule_model(d_ff=0, content=False, steps=3, seed=1)
     torch.testing.assert_close(models[1].readout.weight, again.readout.weight)
     assert not torch.equal(models[0].readout.weight, models[1].readout.weight)
+
+
+def test_rule_model_runs_of_two_settings_in_one_pool_are_the_models_one_by_one():
+    # lesson 07 trains its fixed-mix and its attention models, with an MLP, in one pool
+    fixed, free = dict(d_ff=8, content=False, steps=3), dict(d_ff=8, steps=4)
+    runs = [(0, fixed), (1, fixed), (0, free)]
+    pooled = run_each(rule_model_run, runs, workers=2)
+    for (seed, settings), model in zip(runs, pooled):
+        alone = train_rule_model(seed=seed, **settings)
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), alone.parameters()))
 
 
 # ---------------------------------------------------------------- capacity

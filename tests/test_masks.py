@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -16,8 +17,9 @@ from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, Ad
                               toy_embedding, toy_translation_batch)
 from course_lib.measure import (future_perturbation, influence_matrix, operations_per_score, prefix_outputs,
                                 seconds_per_score)
-from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, to_torch, to_torch_mha_mask,
-                              train_next_token, train_tiny_model)
+from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, next_token_run, to_torch,
+                              to_torch_mha_mask, train_next_token, train_tiny_model)
+from course_lib.training import run_each
 from tensors import DTYPES, TOL, random_qkv
 
 
@@ -382,6 +384,13 @@ def test_decoder_without_mask_cheats_in_training_and_fails_at_generation():
     assert honest["teacher_forcing_accuracy"] == honest["generation_accuracy"]  # causal: both views agree
     assert cheat["train_loss"] < 1.0 and cheat["teacher_forcing_accuracy"] > 0.8
     assert cheat["generation_accuracy"] < 0.2
+
+
+def test_next_token_runs_in_other_processes_give_train_next_tokens_numbers():
+    # lesson 02 trains its 10 runs two at a time through run_each: every figure must be the same
+    runs = [(True, 0), (False, 3)]
+    alone = [train_next_token(causal, 6, seed=seed) for causal, seed in runs]
+    assert run_each(functools.partial(next_token_run, steps=6), runs, workers=2) == alone
 
 
 # ------------------------------------------------------------------ bad input
