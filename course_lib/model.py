@@ -178,10 +178,7 @@ class EncoderDecoder(nn.Module):
         return self.decoder_norm(y), cross_weights
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        require_ids(src, self.config, "src")
-        require_ids(tgt_in, self.config, "tgt_in")
-        if src_mask is not None:
-            require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
+        require_inputs(self.config, src, tgt_in, src_mask)
         memory = self.encode(self.embed(src), src_mask)  # (B, S, D)
         return self.readout(self.decode(self.embed(tgt_in), memory, src_mask)[0])  # (B, T, V)
 
@@ -269,6 +266,14 @@ def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids") -> int:
     require_token_ids(name, ids, config.vocab_size)
     require_length_fits(ids.shape[-1], config.max_len, "model")
     return ids.shape[-1]
+
+
+def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None) -> None:
+    """An encoder-decoder's input: src (B, S) and tgt_in (B, T) token ids, src_mask None or bool (B, S)."""
+    require_ids(src, config, "src")
+    require_ids(tgt_in, config, "tgt_in")
+    if src_mask is not None:
+        require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
 
 
 def require_length_fits(T: int, max_len: int, table: str) -> None:
