@@ -152,7 +152,8 @@ def _product(a: Tensor, b: Tensor) -> Tensor:
 def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
     """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the scores."""
     if mask is not None:
-        require_broadcasts_to("mask", require_mask("mask", mask), scores_shape, "scores")
+        float_mask = "; for a float (additive) mask, pass it as bias="
+        require_broadcasts_to("mask", require_mask("mask", mask, hint=float_mask), scores_shape, "scores")
     if bias is not None:
         require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
 

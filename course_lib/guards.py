@@ -115,11 +115,12 @@ def require_float_dtype(name: str, dtype: object) -> torch.dtype:
     return dtype
 
 
-def require_mask(name: str, mask: object, min_rank: int = 0, max_rank: int | None = None) -> Tensor:
-    """mask must be a boolean tensor (True = may attend, or = real token) with min_rank..max_rank dimensions."""
+def require_mask(name: str, mask: object, min_rank: int = 0, max_rank: int | None = None, hint: str = "") -> Tensor:
+    """mask must be a boolean tensor (True = may attend, or = real token) with min_rank..max_rank dimensions.
+    hint: what to do instead, added to the message (e.g. where a float mask goes)."""
     require_tensor(name, mask, min_rank, max_rank)
     if mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be a boolean tensor (True = keep), got dtype {mask.dtype}")
+        raise TypeError(f"{name} must be a boolean tensor (True = keep), got dtype {mask.dtype}{hint}")
     return mask
 
 

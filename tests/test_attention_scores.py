@@ -207,7 +207,8 @@ def test_non_broadcasting_batch_dimensions_are_rejected():
 
 def test_float_mask_is_rejected_with_its_dtype():
     q = torch.randn(3, 8)
-    with pytest.raises(TypeError, match="mask must be a boolean tensor.*torch.float32"):
+    with pytest.raises(TypeError, match=r"mask must be a boolean tensor.*torch.float32; "
+                                        r"for a float \(additive\) mask, pass it as bias="):
         scaled_dot_product_attention(q, q, q, mask=torch.zeros(3, 3))
 
 
