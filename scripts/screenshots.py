@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,21 +42,30 @@ def main() -> None:
     parser.add_argument("--cells", default="", help="comma-separated cell indices")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, \
-            jupyterlab(ROOT, Path(tmp, "lab.log")) as url, sync_playwright() as p:
+    with tempfile.TemporaryDirectory() as tmp:
+        served = Path(tmp, "course")  # JupyterLab writes checkpoints beside what it opens: serve copies
+        for notebook in args.notebooks:
+            copy = served / notebook.resolve().relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(notebook, copy)
+        shoot(served, [served / n.resolve().relative_to(ROOT) for n in args.notebooks], args.out, args.cells,
+              Path(tmp, "lab.log"))
+
+
+def shoot(served: Path, paths: list[Path], out: Path, cells_wanted: str, log: Path) -> None:
+    """Screenshot the wanted cells' outputs of each notebook in `paths`, served by JupyterLab from `served`."""
+    with jupyterlab(served, log) as url, sync_playwright() as p:
         browser = p.chromium.launch(**launch_options())
         page = browser.new_page(viewport={"width": 1366, "height": 2400})
-        for notebook in args.notebooks:
-            path = notebook.resolve()
-            wanted = ([int(i) for i in args.cells.split(",")] if args.cells
-                      else cells_with_output(path))
-            open_lesson(page, url.format(path=path.relative_to(ROOT).as_posix()))
+        for path in paths:
+            wanted = [int(i) for i in cells_wanted.split(",")] if cells_wanted else cells_with_output(path)
+            open_lesson(page, url.format(path=path.relative_to(served).as_posix()))
             cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
             for index in wanted:
                 cell = cells.nth(index).locator(".jp-Cell-outputWrapper")
                 cell.scroll_into_view_if_needed()
                 page.wait_for_timeout(300)  # lazy-rendered outputs and figures
-                shot = args.out / f"{path.stem}-cell{index:02d}.png"
+                shot = out / f"{path.stem}-cell{index:02d}.png"
                 cell.screenshot(path=str(shot))
                 print(f"{shot}  widest text line {widest_line(path, index)}")
         browser.close()
