@@ -19,7 +19,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test grade bench notebooks exercises system release clean hub hub-proxy
+.PHONY: setup lab test grade bench stability notebooks exercises system release clean hub hub-proxy
 
 # A venv that failed half-way is removed: left with no pip, the next run would only say "No module
 # named pip". torch comes alone from TORCH_INDEX (--no-deps: everything else from PyPI), with 2
@@ -84,6 +84,11 @@ release: setup
 
 bench: setup system
 	$(BIN)/python scripts/bench.py
+
+# Every lesson again with 5 seed shifts under each CPU kernel this machine has: the claims that
+# flip and each claim's smallest margin (scripts/claim_stability.py).
+stability: setup
+	$(BIN)/python scripts/claim_stability.py
 
 # One JupyterHub for a class on this machine (README, Instructors: a class on one hub). As root:
 # the first run makes the class from ROSTER (default hub/roster.csv: a unix user per student and

@@ -15,6 +15,12 @@ compared as printed.
 `demonstrate` is for statements that hold by construction (a matrix built as the identity
 is the identity): it checks them the same way but says so, so a learner does not mistake
 them for evidence.
+
+A claim about a measured number passes its test as a `Bound`, `at_least(value, limit)` or
+`at_most(value, limit)`, instead of a bare bool: it is true exactly when the bool would be, and
+it also knows how far inside its limit the value is. `scripts/claim_stability.py` reruns every
+lesson with other seeds and CPU kernels and reports each claim's smallest margin, so a claim
+that holds only by a hair shows up before another CPU flips it. Join two with `&`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -63,7 +70,61 @@ def _block(label: str, text: str) -> str:
                          subsequent_indent=" " * len(head), break_on_hyphens=False)
 
 
-def _report(verdict: str, statement: str, holds: bool | Tensor, measured: Measured,
+@dataclass(frozen=True)
+class Bound:
+    """A test `value >= limit` (sense +1) or `value <= limit` (sense -1) that keeps its margin.
+
+    `margin` is how far the value is inside the limit, as a fraction of the limit's size
+    (negative when the test fails): 1.0 against "at least 0.99" is 0.0101. Against a limit of
+    0 the margin is the plain difference.
+    """
+
+    value: float
+    limit: float
+    sense: int
+
+    @property
+    def margin(self) -> float:
+        return self.sense * (self.value - self.limit) / (abs(self.limit) or 1.0)
+
+    def __bool__(self) -> bool:
+        return self.margin >= 0
+
+    def __and__(self, other: Bound | Bounds) -> Bounds:
+        return Bounds((self,)) & other
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Several bounds that must all hold; the margin is the smallest of theirs."""
+
+    parts: tuple[Bound, ...]
+
+    @property
+    def margin(self) -> float:
+        return min(part.margin for part in self.parts)
+
+    def __bool__(self) -> bool:
+        return all(self.parts)
+
+    def __and__(self, other: Bound | Bounds) -> Bounds:
+        return Bounds(self.parts + (other.parts if isinstance(other, Bounds) else (other,)))
+
+
+def at_least(value: float | Tensor, limit: float) -> Bound:
+    """The test value >= limit, with its margin (see `Bound`)."""
+    return Bound(float(value), float(limit), +1)
+
+
+def at_most(value: float | Tensor, limit: float) -> Bound:
+    """The test value <= limit, with its margin (see `Bound`)."""
+    return Bound(float(value), float(limit), -1)
+
+
+Holds = bool | Tensor | Bound | Bounds
+
+
+def _report(verdict: str, statement: str, holds: Holds, measured: Measured,
             bound: str) -> None:
     lines = [textwrap.fill(f"{verdict}: {statement}", WIDTH, subsequent_indent=_INDENT * 2,
                            break_on_hyphens=False)]
@@ -76,16 +137,18 @@ def _report(verdict: str, statement: str, holds: bool | Tensor, measured: Measur
     print(text)
 
 
-def claim(statement: str, holds: bool | Tensor, *, measured: Measured, bound: str = "") -> None:
+def claim(statement: str, holds: Holds, *, measured: Measured, bound: str = "") -> None:
     """Print `statement` with its bound and measured value, or raise if `holds` is false.
 
-    `measured` is what the computation found (a number, a list of numbers, a mapping of
-    label -> number, or a short string built with `fmt`); `bound` says what it was held to.
+    `holds` is a bool, a one-element tensor, or a `Bound` (`at_least`, `at_most`) when the
+    claim compares a measured number with a limit. `measured` is what the computation found (a
+    number, a list of numbers, a mapping of label -> number, or a short string built with
+    `fmt`); `bound` says what it was held to.
     """
     _report("checked", statement, holds, measured, bound)
 
 
-def demonstrate(statement: str, holds: bool | Tensor, *, measured: Measured,
+def demonstrate(statement: str, holds: Holds, *, measured: Measured,
                 bound: str = "") -> None:
     """Like `claim`, for a statement true by construction: shown, not evidence."""
     _report("by construction", statement, holds, measured, bound)

@@ -56,3 +56,17 @@ def test_the_sanitizer_blanks_the_measured_digits_and_nothing_else(capsys):
     assert sanitized(first) == sanitized(second)
     assert "above 0.99" in sanitized(first)
     assert "0.99123" not in sanitized(first)
+
+
+def test_a_bound_is_true_exactly_when_its_comparison_is_and_keeps_its_margin():
+    from course_lib.claims import at_least, at_most
+    assert at_least(1.0, 0.99) and not at_least(0.955, 0.99)
+    assert at_most(0.2, 0.25) and not at_most(0.3, 0.25)
+    assert at_least(1.0, 0.99).margin == pytest.approx(0.01 / 0.99)
+    assert at_least(0.955, 0.99).margin == pytest.approx(-0.035 / 0.99)
+    assert at_most(0.5, 0.0).margin == pytest.approx(-0.5)  # a limit of 0: the plain difference
+    both = at_least(1.0, 0.99) & at_most(0.3, 0.25)
+    assert not both and both.margin == pytest.approx(-0.05 / 0.25)
+    assert not at_least(float("nan"), 0.0)
+    with pytest.raises(AssertionError, match="FALSE"):
+        claim("copies", at_least(0.955, 0.99), measured=0.955, bound="at least 0.99")
