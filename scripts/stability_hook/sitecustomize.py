@@ -33,8 +33,9 @@ if os.environ.get("CLAIM_STABILITY_LOG"):
     _counts: dict[int, int] = {}
 
     def _cell() -> int:
+        """The running cell's In[n] number (IPython counts the next one while a cell runs)."""
         try:
-            return get_ipython().execution_count  # noqa: F821 (IPython's builtin in a kernel)
+            return get_ipython().execution_count - 1  # noqa: F821 (IPython's builtin in a kernel)
         except NameError:
             return 0
 
