@@ -72,7 +72,13 @@ def execute(notebook: Path) -> None:
                    resources={"metadata": {"path": str(notebook.parent)}}).execute()
 
 
-def report(results: dict, lessons: list[Path], seeds: int, names: list[str]) -> tuple[str, int]:
+def margin(smallest: tuple[float, int, str] | None) -> str:
+    """A claim's smallest margin over the runs, and the run it was found in."""
+    return "-" if smallest is None else f"{100 * smallest[0]:+.1f}% (shift {smallest[1]}, {smallest[2]})"
+
+
+def report(results: dict, lessons: list[Path], seeds: int, names: list[str],
+           markdown: bool = False) -> tuple[str, int]:
     """The printed report, and the number of flipped claims plus failed runs."""
     lines, bad, table = [], 0, []
     for notebook in lessons:
@@ -108,11 +114,16 @@ def report(results: dict, lessons: list[Path], seeds: int, names: list[str]) -> 
             statement = claims[key][0][2]["statement"][:90]
             lines.append(f"{notebook.stem} smallest margin {100 * margin:+.1f}% "
                          f"(seed shift {s}, {k}), cell {key[0]}: {statement}")
-    head = (f"{'lesson':<24} {'checked':>7} {'by constr.':>10} {'bounded':>7} {'runs':>5} "
-            f"{'flips':>5}  smallest margin")
-    rows = [head] + [f"{name:<24} {c:>7} {d:>10} {b:>7} {n:>5} {f:>5}  "
-                     + ("-" if m is None else f"{100 * m[0]:+.1f}% (shift {m[1]}, {m[2]})")
-                     for name, c, d, b, n, f, m in table]
+    if markdown:
+        rows = ["| lesson | checked | by construction | with a margin | runs | flips | smallest margin |",
+                "|---|---|---|---|---|---|---|"]
+        rows += [f"| {name} | {c} | {d} | {b} | {n} | {f} | {margin(m)} |"
+                 for name, c, d, b, n, f, m in table]
+    else:
+        rows = [f"{'lesson':<24} {'checked':>7} {'by constr.':>10} {'bounded':>7} {'runs':>5} "
+                f"{'flips':>5}  smallest margin"]
+        rows += [f"{name:<24} {c:>7} {d:>10} {b:>7} {n:>5} {f:>5}  {margin(m)}"
+                 for name, c, d, b, n, f, m in table]
     summary = (f"{len(lessons)} lessons x {seeds} seed shifts x {len(names)} kernels "
                f"({', '.join(names)})")
     return "\n".join([summary, *rows, "", *lines]), bad
@@ -125,6 +136,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seed shifts per lesson (k = 0..n-1)")
     parser.add_argument("--kernels", nargs="*", default=[], help=f"of {', '.join(kernels())}")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--markdown", action="store_true", help="the summary as a markdown table")
     args = parser.parse_args()
     if args.execute:
         execute(args.execute)
@@ -142,7 +154,7 @@ def main() -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         found = list(pool.map(lambda job: run_one(*job), jobs))
     results = {(nb.stem, shift, kernel): out for (nb, shift, kernel), out in zip(jobs, found)}
-    text, bad = report(results, lessons, args.seeds, names)
+    text, bad = report(results, lessons, args.seeds, names, args.markdown)
     print(text)
     print(f"{len(jobs)} runs in {time.perf_counter() - start:.0f} s; "
           + ("no claim flipped" if not bad else f"{bad} flipped claims or failed runs"))
