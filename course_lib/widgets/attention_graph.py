@@ -103,7 +103,7 @@ def graph_widget() -> LiveView:
                 f"<b>{used}</b> moves this query's prediction; no other position does.</p>")
         return text + row(_layered_svg(mixed[residual], labels, threshold, query),
                           svg_bars(roll, [f"{i}:{t}" for i, t in enumerate(labels)],
-                                   "rollout row", limit=1.0, fmt="{:.2f}", highlight=top,
+                                   "rollout row", limit=1.0, fmt="{:.3f}", highlight=top,
                                    width=220))
 
     return LiveView({
