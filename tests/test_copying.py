@@ -539,7 +539,7 @@ def test_training_without_filler_learns_a_shortcut(seed):
                                     for L in (3, 4)])
     late = copy_accuracies(model, [induction_batch(100, 24, 24, (L,), (6, 6))(held_out)
                                    for L in (3, 4, 7)])
-    assert min(start) >= 0.99 and max(late) < 0.6, (start, late)
+    assert min(start) >= 0.98 and max(late) < 0.6, (start, late)  # seeds 0 .. 4: 99.7% to 100%, 52% at most
 
 
 # ---------------------------------------------------------------- widget
