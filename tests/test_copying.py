@@ -1,7 +1,6 @@
 """Lesson 06: the copy mechanism. Hand-set heads checked over every token and position,
 against closed forms and torch's own softmax/attention; the seed's argument about attention
-without softmax;
-training; bad input. (Set 06's known answers: tests/mutants/06_copying.py.)"""
+without softmax; training; bad input. (Set 06's known answers: tests/mutants/06_copying.py.)"""
 
 from __future__ import annotations
 
