@@ -15,7 +15,7 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN
     copying              06  copying by position and by content (the induction head), by hand
-                             and trained; what linear attention cannot copy
+                             and trained; what attention without softmax cannot copy
     logic_rules          07  composing relations: a head that mixes, lesson 06's head that
                              copies, where a fixed mix stops, the MLP, rule capacity
     multi_head           08  many heads: split, attend, concatenate, project; QK and OV per head

@@ -345,6 +345,34 @@ def induction_batch(n_sequences: int, length: int, vocab_size: int,
     return make_batch
 
 
+def repeat_once_batch(n_sequences: int, length: int, vocab_size: int) -> Batches:
+    """make_batch: natural repeats. [BOS], then uniformly random tokens 1 .. V - 1, kept only
+    when the last token occurred exactly once before (at some j, 1 <= j <= T - 2).
+
+    ids (B, T); the one target is at the last position: the token that followed the earlier
+    occurrence, ids[j + 1] (IGNORE elsewhere). Unlike induction_batch, other tokens repeat too,
+    and the earlier occurrence sits anywhere. Sequences that fail the condition are redrawn.
+    """
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=3)
+    require_count("vocab_size", vocab_size, minimum=3)
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        kept: list[Tensor] = []
+        while sum(len(k) for k in kept) < n_sequences:
+            ids = torch.randint(1, vocab_size, (n_sequences, length), generator=generator)
+            ids[:, 0] = BOS
+            seen = ids[:, :-1] == ids[:, -1:]  # (B, T - 1): where the last token occurred before
+            kept.append(ids[seen.sum(-1) == 1])
+        ids = torch.cat(kept)[:n_sequences]  # (B, T)
+        j = (ids[:, :-1] == ids[:, -1:]).int().argmax(-1)  # (B,): the earlier occurrence
+        targets = torch.full_like(ids, IGNORE)
+        targets[:, -1] = ids[torch.arange(n_sequences), j + 1]
+        return ids, targets
+
+    return make_batch
+
+
 # ---------------------------------------------------------------- measurements
 
 @torch.no_grad()
@@ -371,6 +399,22 @@ def copy_accuracies(model: DecoderOnly, batches: list[tuple[Tensor, Tensor]]) ->
     right = (model(ids).argmax(-1) == targets) & keep
     sizes = [len(b[0]) for b in batches]
     return [float(r[k].double().mean()) for r, k in zip(right.split(sizes), keep.split(sizes))]
+
+
+@torch.no_grad()
+def copy_lead(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
+    """Smallest lead, in logits, of the target over the best other token, over every target.
+
+    ids, targets: (B, T); targets IGNORE where there is none. Positive exactly when every
+    target is the model's top answer (copy_accuracy 1); its size says how far the model is
+    from getting one wrong.
+    """
+    require_same_shape("targets", require_integer("targets", targets, 2, 2), "ids", ids)
+    keep = targets != IGNORE
+    logits = model(ids)[keep]  # (N, V): the positions that have a target
+    wanted = targets[keep][:, None]  # (N, 1)
+    others = logits.scatter(1, wanted, -math.inf).amax(-1)  # (N,): the best wrong token
+    return float((logits.gather(1, wanted)[:, 0] - others).min())
 
 
 def weight_on_source(weights: Tensor, offset: int) -> Tensor:
@@ -475,10 +519,16 @@ def ov_copy_scores(ov: Tensor) -> tuple[float, float]:
 # ---------------------------------------------------------------- training
 
 def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, offset: int = 1,
-                     steps: int = 200, lr: float = 0.03, seed: int = 0, batch: int = 64
+                     steps: int = 100, lr: float = 0.005, seed: int = 0, batch: int = 64
                      ) -> tuple[DecoderOnly, list[float]]:
     """A one-layer DecoderOnly (learned positions, float64) trained from scratch to copy the token
-    at i + offset."""
+    at i + offset.
+
+    lr 0.005: with the defaults every held-out token is copied from step 40 on, and stays so
+    (checked to step 250 for 48 seeds). At lr 0.03 Adam's steps, sized by gradients that have
+    become tiny, now and then kick the model out of the solution for a few steps: the held-out
+    accuracy dips below 96% on some seeds, at steps that move with the CPU's rounding.
+    """
     model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
                                  causal=offset < 0,
                                  seed=seed)).to(torch.float64)
@@ -510,18 +560,20 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
 
 # ------------------------------------------------- the seed's argument: copying without softmax
 
-def linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def unnormalised_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Attention with the softmax removed: output row t = sum_s (q_t . k_s) v_s. (..., T, d_v).
 
-    The "no softmax" variant: the course's scores (lesson 01, scale 1), then their mix of the
-    values, with no exp and no normalisation.
+    The "no softmax" variant the seed argues about: the course's scores (lesson 01, scale 1),
+    then their mix of the values, with no exp and no normalisation. (Not the linear attention
+    of Katharopoulos et al. 2020, which replaces exp(q . k) by phi(q) . phi(k) for a non-negative
+    feature map phi and still divides by the sum of the weights, phi(q_t) . sum_s phi(k_s).)
     """
     scores = attention_scores(q, k, scale=1.0)  # (..., T, S)
     return scores @ v  # (..., T, d_v)
 
 
-class LinearCopyFit(NamedTuple):
-    """The best linear-attention copier found: y(x) = sum_j (a . x_j) M x_j over [context..., x]."""
+class UnnormalisedCopyFit(NamedTuple):
+    """The best copier without softmax found: y(x) = sum_j (a . x_j) M x_j over [context..., x]."""
     error: float  # mean over the vocabulary of |y(x) - x|^2 (codes have |x| about 1)
     query: Tensor  # a = K^T q: (d,), the score of row x_j is a . x_j
     value: Tensor  # M = W_O W_V: (d, d)
@@ -541,9 +593,10 @@ def _require_copy_problem(tokens: Tensor, context: Tensor) -> None:
                          f"{tuple(tokens.shape)} {tokens.dtype}")
 
 
-def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float = 0.1,
-                    seed: int | None = None) -> LinearCopyFit:
-    """Fit, by least squares, a query and a value map so that linear attention copies every token.
+def unnormalised_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float = 0.1,
+                          seed: int | None = None) -> UnnormalisedCopyFit:
+    """Fit, by least squares, a query and a value map so that unnormalised attention (no
+    softmax) copies every token.
 
     tokens: (n, d), the vocabulary; context: (m, d), rows that sit before the copied token (the
     seed's f1, f2; m may be 0). The output for token x is y(x) = sum_j (a . x_j) M x_j over the
@@ -565,7 +618,7 @@ def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float
 
     def best_value() -> tuple[Tensor, Tensor]:
         # (n, d): sum_j s_j x_j
-        mixed = linear_attention(query.expand(len(tokens), 1, -1), keys, keys)[:, 0]
+        mixed = unnormalised_attention(query.expand(len(tokens), 1, -1), keys, keys)[:, 0]
         value_t = torch.linalg.pinv(mixed) @ tokens  # (d, d): least squares, y = mixed @ M^T
         return mixed, value_t
 
@@ -584,7 +637,7 @@ def linear_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr: float
         query.copy_(best[1])
         mixed, value_t = best_value()
         error = float(((mixed @ value_t - tokens) ** 2).sum(-1).mean())
-    return LinearCopyFit(error, query.detach(), value_t.T.contiguous())
+    return UnnormalisedCopyFit(error, query.detach(), value_t.T.contiguous())
 
 
 def softmax_copy_error(tokens: Tensor, context: Tensor, query: Tensor) -> float:

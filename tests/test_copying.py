@@ -1,6 +1,6 @@
 """Lesson 06: the copy mechanism. Hand-set heads checked over every token and position,
-against closed forms and torch's own softmax/attention; the seed's linear-attention argument;
-training; bad input. (Set 06's known answers: tests/mutants/06_copying.py.)"""
+against closed forms and torch's own softmax/attention; the seed's argument about attention
+without softmax; training; bad input. (Set 06's known answers: tests/mutants/06_copying.py.)"""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy,
-                             copy_batch, copy_targets, every_token_everywhere, gap_needed,
+from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, copy_batch,
+                             copy_lead, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
-                             induction_scores, linear_attention, linear_copy_fit, matching_keys,
-                             ov_circuit, ov_copy_scores, position_copy_head, second_layer_weights,
+                             induction_scores, matching_keys, ov_circuit, ov_copy_scores,
+                             position_copy_head, repeat_once_batch, second_layer_weights,
                              softmax_copy_error, source_weight, token_codes, train_copy_model,
-                             train_induction_model, weight_on_source)
+                             train_induction_model, unnormalised_attention, unnormalised_copy_fit,
+                             weight_on_source)
 from course_lib.masks import causal_mask
 from course_lib.model import IGNORE
 
@@ -310,7 +311,7 @@ def test_copy_targets_and_every_token_everywhere():
     with pytest.raises(ValueError, match="gap"):
         hand_set_induction_model(token_codes(4, 4), 8, gap=-1.0)
     with pytest.raises(ValueError, match="tokens"):
-        linear_copy_fit(torch.ones(3, 2, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
+        unnormalised_copy_fit(torch.ones(3, 2, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
     batch = copy_batch(3, 5, 7, 1)(torch.Generator().manual_seed(0))
     assert torch.equal(batch[1], copy_targets(batch[0], 1))
 
@@ -342,41 +343,43 @@ def test_ov_circuit_of_the_hand_set_head_is_codes_times_codes():
 
 # ---------------------------------------------------------------- the seed's argument
 
-def test_linear_attention_is_the_unnormalised_mix():
+def test_unnormalised_attention_is_the_raw_mix():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, n, 3, generator=g, dtype=torch.float64) for n in (4, 5, 5))
     expected = torch.einsum("btd,bsd,bse->bte", q, k, v)
-    assert torch.allclose(linear_attention(q, k, v), expected)
+    assert torch.allclose(unnormalised_attention(q, k, v), expected)
+    # no normalisation: scaling the keys scales the output (softmax would reweight instead)
+    assert torch.allclose(unnormalised_attention(q, 2 * k, v), 2 * expected)
 
 
-def test_linear_copy_fit_exact_up_to_d_and_not_beyond():
+def test_unnormalised_copy_fit_exact_up_to_d_and_not_beyond():
     d = 6
     g = torch.Generator().manual_seed(0)
     few = torch.randn(d, d, generator=g, dtype=torch.float64)
     many = token_codes(4 * d, d, seed=0)
-    assert linear_copy_fit(few, few[:1].expand(2, d)).error < 1e-12
-    assert linear_copy_fit(many, many[:1].expand(2, d)).error > 0.3
-    assert linear_copy_fit(many, many[:0]).error > 0.3
+    assert unnormalised_copy_fit(few, few[:1].expand(2, d)).error < 1e-12
+    assert unnormalised_copy_fit(many, many[:1].expand(2, d)).error > 0.3
+    assert unnormalised_copy_fit(many, many[:0]).error > 0.3
 
 
 def test_tokens_on_a_hyperplane_force_a_multiple_of_identity():
     d = 6
     tokens = torch.randn(30, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     tokens[:, -1] = 1.0
-    fit = linear_copy_fit(tokens, tokens[:0])
+    fit = unnormalised_copy_fit(tokens, tokens[:0])
     k = fit.value.diagonal().mean()
     assert fit.error < 1e-12
     assert torch.allclose(fit.value, k * torch.eye(d, dtype=torch.float64), atol=1e-6)
     scores = tokens @ fit.query
     assert torch.allclose(scores, torch.full_like(scores, float(1 / k)), atol=1e-6)
     # with the context terms the value map absorbs them: still exact, and no longer k I
-    with_context = linear_copy_fit(tokens, tokens[:1].expand(2, d))
+    with_context = unnormalised_copy_fit(tokens, tokens[:1].expand(2, d))
     assert with_context.error < 1e-12
     identity = torch.eye(d, dtype=torch.float64)
     assert not torch.allclose(with_context.value, with_context.value.diagonal().mean() * identity, atol=1e-2)
 
 
-def test_softmax_copies_where_linear_attention_cannot():
+def test_softmax_copies_where_unnormalised_attention_cannot():
     tokens = token_codes(32, 8, seed=1)
     context = tokens[:1].expand(2, 8)
     assert softmax_copy_error(tokens, context, -200 * tokens[0]) < 1e-20
@@ -388,6 +391,7 @@ def test_softmax_copies_where_linear_attention_cannot():
 # ---------------------------------------------------------------- training
 
 SEEDS = range(5)  # a claim about training holds for every one of these seeds
+COPIER_SEEDS = range(10)  # the copier trains in a fraction of a second: more seeds
 
 
 def _ov_margin(ov):
@@ -395,15 +399,56 @@ def _ov_margin(ov):
     return float((ov.diagonal() - others).min())
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_trained_copier_copies_for_every_seed(seed):
-    """The lesson's copier claims (140 steps, seed 0 in the notebook), for seeds 0 .. 4."""
-    model, _ = train_copy_model(steps=140, seed=seed)
-    assert copy_accuracy(model, *every_token_everywhere(16, 8, 1, seed=7)) >= 0.99
-    assert torch.all(weight_on_source(model.last_weights, 1) > 0.99)
-    ov = ov_circuit(model)
-    lookup, eigen_score = ov_copy_scores(ov)
-    assert lookup == 1.0 and _ov_margin(ov) > 1.0 and eigen_score > 0.95
+@pytest.fixture(scope="module")
+def trained_copiers():
+    """What section 5 of the lesson claims about the copier (seed 0 there), for seeds 0 .. 9."""
+    found = {}
+    for seed in COPIER_SEEDS:
+        model, _ = train_copy_model(steps=100, lr=0.005, seed=seed)
+        ids, targets = every_token_everywhere(16, 8, 1, seed=7)
+        lead = copy_lead(model, ids, targets)
+        ov = ov_circuit(model)
+        found[seed] = {"accuracy": copy_accuracy(model, ids, targets), "lead": lead,
+                       "on source": float(weight_on_source(model.last_weights, 1).min()),
+                       "OV margin": _ov_margin(ov), "OV lookup": ov_copy_scores(ov)[0],
+                       "OV eigenvalue score": ov_copy_scores(ov)[1]}
+    return found
+
+
+def test_trained_copier_copies_for_every_seed(trained_copiers):
+    """The lesson's copier claims, with its bounds, and the ranges its text states."""
+    for seed, m in trained_copiers.items():
+        assert m["lead"] >= 1.0 and m["accuracy"] == 1.0, (seed, m)
+        assert m["on source"] >= 0.95, (seed, m)
+        assert m["OV margin"] >= 1.0 and m["OV lookup"] == 1.0, (seed, m)
+        assert m["OV eigenvalue score"] >= 0.95, (seed, m)
+    runs = list(trained_copiers.values())
+    ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
+    print(ranges)
+    # the text: "ahead of every other by 4.9 to 7.2, at least 0.993 on the source, 0.998 to 1.000"
+    assert 4.85 <= ranges["lead"][0] and ranges["lead"][1] < 7.25, ranges
+    assert ranges["on source"][0] >= 0.993, ranges
+    assert ranges["OV eigenvalue score"][0] >= 0.998, ranges
+
+
+def test_copy_lead_is_positive_exactly_when_every_copy_is_right():
+    codes = token_codes(16, 16)
+    ids, targets = every_token_everywhere(16, 8, 1)
+    sharp, blurred = hand_set_copy_model(codes, 8, 1), hand_set_copy_model(codes, 8, 1, gap=0.5)
+    assert copy_lead(sharp, ids, targets) == pytest.approx(1.0, abs=1e-6)  # one-hot codes: weight ~1
+    assert copy_accuracy(blurred, ids, targets) < 1 and copy_lead(blurred, ids, targets) < 0
+
+
+def test_repeat_once_batch_has_one_earlier_occurrence_and_its_successor_as_target():
+    ids, targets = repeat_once_batch(300, 12, 9)(torch.Generator().manual_seed(0))
+    assert ids.shape == (300, 12) and (ids[:, 0] == BOS).all() and (ids[:, 1:] != BOS).all()
+    earlier = ids[:, :-1] == ids[:, -1:]
+    assert (earlier.sum(-1) == 1).all()
+    j = earlier.int().argmax(-1)
+    assert torch.equal(targets[:, -1], ids[torch.arange(300), j + 1])
+    assert (targets[:, :-1] == IGNORE).all()
+    hand = hand_set_induction_model(token_codes(9, 9), 12)
+    assert copy_accuracy(hand, ids, targets) == 1.0
 
 
 def _induction_measurements(model, losses):
@@ -419,21 +464,32 @@ def _induction_measurements(model, losses):
     matches = matching_keys(ids)
     found = matches.any(-1)
     on_match = lambda w: float((w * matches).sum(-1)[found].mean())  # noqa: E731
+    layer2 = on_match(model.layer_weights[1])
     smooth = torch.tensor(losses).unfold(0, 10, 1).mean(-1)
     to = {level: 10 + next(i for i, x in enumerate(smooth) if x < level) for level in (2.0, 0.5)}
     ov = ov_circuit(model, layer=1)
     late = induction_batch(200, T, V, (3,), (16, 16))(torch.Generator().manual_seed(4))
+    start_gen = torch.Generator().manual_seed(200)
+    starts = [(s, L) for s in range(1, 21) for L in range(2, 8) if s + 2 * L <= T]
+    by_start = copy_accuracies(model, [induction_batch(50, T, V, (L,), (s - 1, s - 1))(start_gen)
+                                       for s, L in starts])
+    worst = {s: min(a for (t, _), a in zip(starts, by_start) if t == s) for s, _ in starts}
+    natural = repeat_once_batch(1000, T, V)(torch.Generator().manual_seed(5))
     return {
         "lowest cell": min(grid),
         "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0],
         "layer 1 mean 1..18": float(layer1[:18].mean()),
         "layer 1 max 20..23": float(layer1[19:].max()),
-        "layer 2 on match": on_match(model.layer_weights[1]),
+        "layer 2 on match": layer2,
         "keys without layer 1": on_match(second_layer_weights(model, ids, "key")),
         "queries without layer 1": on_match(second_layer_weights(model, ids, "query")),
         "OV copies all but BOS": bool((ov.argmax(-1) == torch.arange(V))[1:].all()),
         "OV eigenvalue score": ov_copy_scores(ov)[1],
         "late block (P 16, L 3)": copy_accuracy(model, *late),
+        "starts 19, 20": max(a for (s, _), a in zip(starts, by_start) if s >= 19),
+        # the last start s such that every start 1 .. s is at least 99% for every L
+        "handled up to start": next(s for s in worst if worst[s] < 0.99) - 1,
+        "natural repeats": copy_accuracy(model, *natural),
     }
 
 
@@ -443,17 +499,34 @@ def trained_inductors():
 
 
 def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained_inductors):
-    """Section 5 trains seed 0; its claims hold for seeds 0 .. 4 (the lesson states the ranges)."""
+    """Section 5 trains seed 0; its claims, with its bounds, hold for seeds 0 .. 4."""
     for seed, m in trained_inductors.items():
-        assert m["lowest cell"] >= 0.99, (seed, m)
-        assert m["steps 2 to 0.5"] < m["steps to 2"], (seed, m)
-        assert m["layer 1 mean 1..18"] > 0.9 and m["layer 1 max 20..23"] < 0.2, (seed, m)
-        assert m["layer 2 on match"] > 0.9, (seed, m)
-        assert m["keys without layer 1"] < 0.3 and m["queries without layer 1"] > 0.9, (seed, m)
-        assert m["OV copies all but BOS"] and m["OV eigenvalue score"] > 0.95, (seed, m)
-        assert m["late block (P 16, L 3)"] < 0.8, (seed, m)
+        assert m["lowest cell"] >= 0.97, (seed, m)
+        assert m["steps 2 to 0.5"] <= m["steps to 2"] - 1, (seed, m)
+        assert m["layer 1 mean 1..18"] >= 0.8 and m["layer 1 max 20..23"] <= 0.2, (seed, m)
+        assert m["layer 2 on match"] >= 0.85, (seed, m)
+        assert m["keys without layer 1"] <= 0.3 and m["queries without layer 1"] >= 0.85, (seed, m)
+        assert m["OV copies all but BOS"] and m["OV eigenvalue score"] >= 0.95, (seed, m)
+        assert m["late block (P 16, L 3)"] <= 0.8 and m["starts 19, 20"] <= 0.1, (seed, m)
+        assert 0.25 <= m["natural repeats"] <= 0.85, (seed, m)
+        assert 1 - m["layer 2 on match"] >= 0.01, (seed, m)  # the hand-set head's: below 1e-6
     runs = list(trained_inductors.values())
-    print({key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]})
+    ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
+    print(ranges)
+    # the ranges the lesson's text states for seeds 0 .. 4, as it prints them
+    stated = {"lowest cell": ("{:.1%}", "99.4%", "99.8%"), "steps to 2": ("{}", "90", "112"),
+              "steps 2 to 0.5": ("{}", "33", "60"), "layer 1 mean 1..18": ("{:.2f}", "0.93", "0.98"),
+              "layer 2 on match": ("{:.2f}", "0.95", "0.98"),
+              "keys without layer 1": ("{:.2f}", "0.15", "0.19"),
+              "queries without layer 1": ("{:.2f}", "0.95", "0.98"),
+              "OV eigenvalue score": ("{:.3f}", "0.998", "1.000"),
+              "handled up to start": ("{}", "14", "16"),
+              "late block (P 16, L 3)": ("{:.0%}", "36%", "70%"),
+              "layer 1 max 20..23": ("{:.1g}", "0.002", "0.09"),
+              "natural repeats": ("{:.0%}", "45%", "74%")}
+    for key, (form, low, high) in stated.items():
+        assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
+    assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -465,7 +538,7 @@ def test_training_without_filler_learns_a_shortcut(seed):
                                     for L in (3, 4)])
     late = copy_accuracies(model, [induction_batch(100, 24, 24, (L,), (6, 6))(held_out)
                                    for L in (3, 4, 7)])
-    assert min(start) >= 0.99 and max(late) < 0.6, (start, late)
+    assert min(start) >= 0.98 and max(late) < 0.6, (start, late)  # seeds 0 .. 4: 99.7% to 100%, 52% at most
 
 
 # ---------------------------------------------------------------- widget
