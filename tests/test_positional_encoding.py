@@ -621,8 +621,24 @@ def test_widgets_render_every_setting_without_error():
         assert "<svg" in live.view.value
 
 
+def test_rope_widget_prints_bounds_not_rounding_noise():
+    """Its readout and picture are compared byte for byte between CPUs: the spread along a
+    diagonal, 0 in exact arithmetic, shows as a bound, and a score that is 0 in exact
+    arithmetic (q . k at 90 degrees) as +0.000, never as -0.000."""
+    from course_lib.widgets.positional_encoding import ROPE_ANGLES, rope_widget
+
+    rope = rope_widget()
+    for angle in ROPE_ANGLES:
+        for m in range(8):
+            html = rope.render(angle=angle, m=m, n=m)
+            assert "Largest spread along any diagonal: below 1e-12;" in html
+            assert "-0.000" not in html and "-0.00</text>" not in html, (angle, m)
+
+
 def test_rope_fades_past_the_trained_length_in_most_seeds_but_not_all():
-    """Lesson 04's text: of seeds 0-14, 14 fall below 80% at positions 32-47; seed 8 does not."""
+    """Lesson 04's text: of seeds 0-14, most fall below 80% at positions 32-47, but seed 8 keeps
+    almost 90%. The count is 14 on every CPU kernel tried, yet a seed near the line (seed 7:
+    0.44 to 0.78 by kernel) may cross it on another CPU: at least 12 is the margin kept."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the lesson
     try:
@@ -631,7 +647,7 @@ def test_rope_fades_past_the_trained_length_in_most_seeds_but_not_all():
         torch.set_num_threads(threads)
     far = {seed: float(run.accuracy[31:].mean()) for (_, seed), run in runs.items()}
     fading = [seed for seed, accuracy in far.items() if accuracy < 0.8]
-    assert len(fading) == 14 and far[8] > 0.8, far
+    assert len(fading) >= 12 and 0.86 < far[8] < 0.92, far
 
 
 def test_previous_token_runs_in_two_processes_give_the_same_numbers_run_for_run():

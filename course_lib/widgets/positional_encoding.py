@@ -74,6 +74,19 @@ def offset_widget() -> LiveView:
 
 ROPE_TOKENS = ["the", "dog", "saw", "the", "cat", "on", "a", "mat"]
 ROPE_ANGLES = list(range(-180, 181, 15))
+NOISE = 1e-12  # float64 rounding in a score table of this size stays far below it (about 1e-14)
+
+
+def _without_noise(table: np.ndarray) -> np.ndarray:
+    """The table with entries within NOISE of 0 set to 0: a score that is 0 in exact arithmetic
+    (q . k at 90 degrees) then prints as +0.000 on every CPU, never as -0.000."""
+    return np.where(np.abs(table) < NOISE, 0.0, table)
+
+
+def _below_noise(value: float) -> str:
+    """A spread that is 0 in exact arithmetic, as a bound: its digits are rounding noise, which
+    differs between CPUs, so only the bound is printed (or the value, if it ever exceeds it)."""
+    return f"below {NOISE:.0e}" if value < NOISE else f"{value:.1e}"
 
 
 def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
@@ -88,24 +101,25 @@ def rope_widget(d_head: int = 8, seed: int = 0) -> LiveView:
     gen = torch.Generator().manual_seed(seed)
     query = torch.randn(d_head, generator=gen, dtype=torch.float64)
     length = len(ROPE_TOKENS)
-    tables, pairs = {}, {}
+    tables, pairs, spreads = {}, {}, {}
     for angle in ROPE_ANGLES:
         turn = torch.full((d_head // 2,), math.radians(angle), dtype=torch.float64)
         key = rotate_pairs(query, turn)  # (d,): the query's content, every pair turned by `angle`
         q_rot = apply_rope(query.expand(length, d_head))  # (T, d): the same content at every position
         k_rot = apply_rope(key.expand(length, d_head))
         tables[angle] = attention_scores(q_rot, k_rot, scale=1.0).numpy()  # (T, T): [m, n] = q_m . k_n
+        spreads[angle] = max(float(np.ptp(np.diagonal(tables[angle], offset=o)))
+                             for o in range(-length + 1, length))  # 0 in exact arithmetic
         pairs[angle] = (q_rot[:, :2].numpy(), k_rot[:, :2].numpy())
     labels = [f"{i}:{t}" for i, t in enumerate(ROPE_TOKENS)]
 
     def render(angle: int, m: int, n: int) -> str:
-        table = tables[angle]
-        diagonal_spread = max(float(np.ptp(np.diagonal(table, offset=o))) for o in range(-length + 1, length))
+        table = _without_noise(tables[angle])
         asym = float(np.abs(table - table.T).max())
         q_pair, k_pair = pairs[angle]
         readout = (f"<p>score q<sub>{m}</sub>&middot;k<sub>{n}</sub> = <b>{table[m, n]:+.3f}</b>, "
                    f"q<sub>{n}</sub>&middot;k<sub>{m}</sub> = {table[n, m]:+.3f} (offset n-m = {n - m:+d}). "
-                   f"Largest spread along any diagonal: {diagonal_spread:.1e}; "
+                   f"Largest spread along any diagonal: {_below_noise(spreads[angle])}; "
                    f"largest |score(m,n) - score(n,m)|: {asym:.3f}. "
                    f"Arrows: the first pair of q<sub>{m}</sub> and k<sub>{n}</sub>.</p>")
         return readout + row(
