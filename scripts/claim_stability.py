@@ -12,7 +12,8 @@ is told (`MKL_ENABLE_INSTRUCTIONS`): a machine of another make runs one of these
 
 It prints every claim that fails in some run (a flip) and, for each claim tested with a
 `Bound` (`at_least`, `at_most`), its smallest margin over the runs, then exits 1 if anything
-flipped or a lesson raised. The table goes to test-artifacts/claim_stability.json.
+flipped or a lesson raised. Every record goes to test-artifacts/claim_stability.json, the
+report with a markdown table (the README's) to test-artifacts/claim_stability.md.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def main() -> int:
           + ("no claim flipped" if not bad else f"{bad} flipped claims or failed runs"))
     out = ROOT / "test-artifacts" / "claim_stability.json"
     out.parent.mkdir(exist_ok=True)
+    out.with_suffix(".md").write_text(report(results, lessons, args.seeds, names, True)[0])
     out.write_text(json.dumps([{"lesson": k[0], "seed_shift": k[1], "kernel": k[2],
                                 "error": v[1], "claims": v[0]} for k, v in results.items()]))
     return 1 if bad else 0
