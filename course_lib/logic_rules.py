@@ -30,7 +30,7 @@ from .copying import position_copy_head
 from .guards import (require_bool, require_count, require_float_dtype, require_instance, require_integer, require_items,
                      require_number, require_token_ids)
 from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
-from .training import progress_bar, run_each
+from .training import run_each
 
 # ---------------------------------------------------------------- the relation world
 
@@ -293,17 +293,22 @@ TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:12], PEOPLE[12:]
 
 
 def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_PEOPLE,
-                     d_model: int = 24, d_ff: int = 96, content: bool = True, steps: int = 250,
-                     lr: float = 0.015, batch: int = 64, seed: int = 0) -> DecoderOnly:
+                     d_model: int = 24, d_ff: int = 96, n_heads: int | None = None,
+                     content: bool = True, steps: int = 150, lr: float = 0.008, batch: int = 64,
+                     seed: int = 0) -> DecoderOnly:
     """Train a one-layer bidirectional DecoderOnly (float64) to rewrite X r1 r2 Y as X r Y.
 
-    d_ff = 0: attention only. content=False freezes the head's query and key at zero: every
-    query then gives every key the weight 1/4, whatever the tokens (the seed's mix with fixed
-    alpha, beta). ids (B, 4) -> logits (B, 4, V).
+    d_ff = 0: attention only. n_heads: None for one head, H for H heads of width d_model / H
+    (lesson 08). Why lesson 07 trains four: with one head, a few seeds in a hundred leave a
+    rule unlearned, often because the query of some relation has come to attend to itself, so
+    it never sees r2, and its saturated softmax passes back almost no gradient; with four heads
+    each of 150 seeds learned every training sentence. content=False freezes the query and key at
+    zero: every query then gives every key the weight 1/4, whatever the tokens (the seed's mix
+    with fixed alpha, beta; heads change nothing then). ids (B, 4) -> logits (B, 4, V).
     """
     require_bool("content", content)  # rules and people: sentence_batch checks them
     config = ModelConfig(vocab_size=len(VOCAB), max_len=SENTENCE_LENGTH, d_model=d_model,
-                        causal=False, n_decoder_layers=1, d_ff=d_ff, seed=seed)
+                        n_heads=n_heads, causal=False, n_decoder_layers=1, d_ff=d_ff, seed=seed)
     model = DecoderOnly(config).double()
     if not content:
         for linear in (model.attention.query, model.attention.key):
@@ -337,17 +342,25 @@ def rule_model_run(run: tuple[int, dict]) -> DecoderOnly:
     return train_rule_model(seed=seed, **settings)
 
 
+def answer_lead(logits: Tensor, targets: Tensor) -> Tensor:
+    """How far the target's logit is above every other logit: (..., V), (...) -> (...), float.
+
+    Positive exactly when the target is strictly the largest (a tie gives 0); -inf where the
+    target is IGNORE.
+    """
+    index = targets.clamp(min=0)[..., None]  # (..., 1)
+    wanted = logits.gather(-1, index)  # (..., 1)
+    others = logits.scatter(-1, index, -math.inf).max(-1, keepdim=True).values
+    return (wanted - others)[..., 0].masked_fill(targets == IGNORE, -math.inf)
+
+
 def strictly_right(logits: Tensor, targets: Tensor) -> Tensor:
     """Is the target's logit above every other logit? (..., V), (...) -> (...), bool.
 
     A tie with another token counts as wrong (argmax would pick one of them by its index);
     IGNORE targets are False.
     """
-    keep = targets != IGNORE
-    index = targets.clamp(min=0)[..., None]  # (..., 1)
-    wanted = logits.gather(-1, index)  # (..., 1)
-    others = logits.scatter(-1, index, -math.inf).max(-1, keepdim=True).values
-    return ((wanted > others)[..., 0]) & keep
+    return answer_lead(logits, targets) > 0
 
 
 @torch.no_grad()
@@ -360,6 +373,18 @@ def slot_accuracy(model: DecoderOnly, rules: Rules = RULES, people: Sequence[str
     ids = all_sentences(rules, people)  # (N, 4)
     right = strictly_right(model(ids), rule_targets(ids, rules))  # (N, 4)
     return right[:, :3].double().mean(0)
+
+
+@torch.no_grad()
+def slot_lead(model: DecoderOnly, rules: Rules = RULES, people: Sequence[str] = PEOPLE) -> Tensor:
+    """The smallest answer_lead at each output slot (X, r, Y) over every sentence: (3,), float64.
+
+    Positive at a slot exactly when slot_accuracy is 1 there; its size says by how much.
+    """
+    require_instance("model", model, DecoderOnly)
+    ids = all_sentences(rules, people)  # (N, 4)
+    lead = answer_lead(model(ids).double(), rule_targets(ids, rules))  # (N, 4)
+    return lead[:, :3].min(0).values
 
 
 @torch.no_grad()
@@ -377,6 +402,26 @@ def composition_answers(model: DecoderOnly, rules: Rules, people: Sequence[str] 
         share = strictly_right(logits, torch.full((len(ids),), said)).double().mean()
         answers[pair] = (VOCAB[said], float(share))
     return answers
+
+
+ANSWER_KINDS = ("right", "borrowed", "other")
+
+
+def nearby_answers(pair: tuple[str, str], rules: Rules = TRAIN_RULES) -> set[str]:
+    """The answers of the rules in `rules` that share r1 or r2 with pair = (r1, r2)."""
+    r1, r2 = pair
+    return {out for (a, b), out in _require_rules("rules", rules).items() if a == r1 or b == r2}
+
+
+def answer_kind(pair: tuple[str, str], answer: str, rules: Rules = TRAIN_RULES) -> str:
+    """What an answer to the composition pair = (r1, r2) is, one of ANSWER_KINDS: "right" (the
+    rule table's r1 o r2), "borrowed" (wrong, but the answer of a rule in `rules` that shares
+    r1 or r2 with it: father mother -> grandmother lent to husband mother) or "other"."""
+    if pair not in RULES:
+        raise ValueError(f"pair {pair!r} is not a composition of the rule table")
+    if answer == RULES[pair]:
+        return "right"
+    return "borrowed" if answer in nearby_answers(pair, rules) else "other"
 
 
 @torch.no_grad()
@@ -397,6 +442,7 @@ def xor_residue(model: DecoderOnly, people: Sequence[str] = PEOPLE) -> Tensor:
 # ---------------------------------------------------------------- capacity
 
 N_ANSWERS = 48  # answers of a random rule table: each rule holds log2(48) = 5.6 bits
+TABLE_RELATIONS = 111  # lesson 07's one table: 111^2 = 12,321 rules, 16 per unit of d_ff = 768
 
 
 def random_layer_features(n_relations: int, d_ff: int, generator: torch.Generator) -> Tensor:
@@ -420,10 +466,9 @@ def symmetric_gram(x: Tensor, blocks: int = 4) -> Tensor:
     """x.T @ x for x (N, F), computing only the blocks on and above the diagonal: (F, F).
 
     With `blocks` column blocks, blocks (blocks + 1) / 2 of the blocks^2 products are computed
-    (10 of 16: the largest least-squares solve of the lesson costs about 40% less). rules_right calls it.
-    The products are independent, and torch releases Python's lock while it multiplies, so two
-    threads compute them side by side: on 2 cores lesson 07's largest Gram matrix takes 0.44 s
-    instead of 0.86 s, every entry the same number as one product after another.
+    (10 of 16: about 40% less work). rules_right calls it. The products are independent, and
+    torch releases Python's lock while it multiplies, so two threads compute them side by side
+    on a 2-core machine, every entry the same number as one product after another.
     """
     edges = [round(i * x.shape[1] / blocks) for i in range(blocks + 1)]
     pairs = [(i, j) for i in range(blocks) for j in range(i, blocks)]  # (row block, column block)
@@ -446,25 +491,26 @@ def symmetric_gram(x: Tensor, blocks: int = 4) -> Tensor:
     return gram
 
 
-def rules_right(d_ff: int, table_factor: int = 4, n_answers: int = N_ANSWERS, seed: int = 0
-                ) -> tuple[int, int]:
+def rules_right(d_ff: int, n_relations: int = TABLE_RELATIONS, n_answers: int = N_ANSWERS,
+                seed: int = 0) -> tuple[int, int]:
     """(rules right, rules in the table) for one layer of width d_ff and a random rule table.
 
-    The table maps each pair of n relations to one of n_answers answers, at random, with n^2
-    about table_factor * d_ff (n = ceil(sqrt(table_factor * d_ff))). The first layer is random
-    and fixed (random_layer_features); the output weights (d_ff + 1, n_answers) are solved by
-    least squares for the one-hot answers (normal equations solved in float64; the Gram matrix
-    and the outputs in float32, for speed: the count moves by a few rules at most). A rule is
-    right when its answer's output is larger than every other (a tie counts as wrong).
+    The table maps each of the n_relations^2 pairs (r1, r2) to one of n_answers answers, at
+    random. It is drawn first from the seed, so it depends only on (n_relations, n_answers,
+    seed): layers of every width meet the same table. The first layer is random and fixed
+    (random_layer_features, drawn next); the output weights (d_ff + 1, n_answers) are solved
+    by least squares for the one-hot answers (normal equations solved in float64; the Gram
+    matrix and the outputs in float32, for speed: the count moves by a few rules at most). A
+    rule is right when its answer's output is larger than every other (a tie counts as wrong).
     """
     require_count("d_ff", d_ff, minimum=4)
     if d_ff % 4:
         raise ValueError(f"d_ff must be a multiple of 4 (d_model = d_ff / 4), got {d_ff}")
-    require_count("table_factor", table_factor)
+    require_count("n_relations", n_relations, minimum=2)
     require_count("n_answers", n_answers, minimum=2)
     require_count("seed", seed, minimum=0)
     gen = torch.Generator().manual_seed(seed)
-    n = math.ceil(math.sqrt(table_factor * d_ff))
+    n = n_relations
     wanted = torch.randint(n_answers, (n * n,), generator=gen)  # (N,): the random table
     hidden = random_layer_features(n, d_ff, gen)  # (N, d_ff + 1)
     one_hot = nn.functional.one_hot(wanted, n_answers).to(hidden.dtype)  # (N, n_answers)
@@ -477,23 +523,32 @@ def rules_right(d_ff: int, table_factor: int = 4, n_answers: int = N_ANSWERS, se
     return int((answer > others).sum()), n * n
 
 
-def capacity_curve(d_ffs: Sequence[int], table_factor: int = 4, n_answers: int = N_ANSWERS,
-                   seed: int = 0, progress: bool = False) -> Tensor:
-    """rules_right at each width: (len(d_ffs), 2) int64, columns (rules right, table size).
-
-    progress=True shows a bar in the notebook, one step per width, naming the width solved.
-    """
+def capacity_curve(d_ffs: Sequence[int], n_relations: int = TABLE_RELATIONS,
+                   n_answers: int = N_ANSWERS, seed: int = 0) -> Tensor:
+    """rules_right at each width, all on one table: (len(d_ffs), 2) int64, columns (rules
+    right, table size)."""
     require_items("d_ffs", d_ffs)
-    bar = progress_bar(len(d_ffs), "rule capacity", unit="widths") if progress else None
-    rows = []
-    for done, d_ff in enumerate(d_ffs):
-        if bar is not None:
-            rules = table_factor * d_ff
-            bar.update(done, f"d_ff = {d_ff}: least squares over about {rules:,} rules")
-        rows.append(rules_right(d_ff, table_factor, n_answers, seed))
-    if bar is not None:
-        bar.update(len(d_ffs), f"{len(d_ffs)} widths done")
-    return torch.tensor(rows)
+    return torch.tensor([rules_right(d_ff, n_relations, n_answers, seed) for d_ff in d_ffs])
+
+
+def fano_bits(right: Tensor, table: Tensor, n_answers: int = N_ANSWERS) -> Tensor:
+    """The bits about a random table that answers with `right` of `table` rules right must hold.
+
+    right, table: (...) counts -> (...) float64 bits. Each answer is uniform over n_answers,
+    so the table holds table * log2(n_answers) bits. Fano's inequality bounds what is still
+    unknown once the answers are read: at most h(e) + e log2(n_answers - 1) bits per rule, e
+    the error rate and h the binary entropy. The rest, table * (log2(n_answers) - h(e) -
+    e log2(n_answers - 1)), must be held by whatever produced the answers: 0 at chance
+    (e = 1 - 1 / n_answers), table * log2(n_answers) when every rule is right.
+    """
+    require_count("n_answers", n_answers, minimum=2)
+    right, table = torch.as_tensor(right, dtype=torch.float64), torch.as_tensor(table, dtype=torch.float64)
+    if right.shape != table.shape or bool((table <= 0).any()) or bool(((right < 0) | (right > table)).any()):
+        raise ValueError("right and table must be counts of one shape with 0 <= right <= table and table > 0")
+    e = 1 - right / table  # the error rate
+    unknown = -(torch.special.xlogy(e, e) + torch.special.xlogy(1 - e, 1 - e)) / math.log(2)
+    unknown = unknown + e * math.log2(n_answers - 1)  # bits per rule the answers leave open
+    return (table * (math.log2(n_answers) - unknown)).clamp(min=0)
 
 
 def fit_power_law(x: Tensor, y: Tensor) -> tuple[float, float]:

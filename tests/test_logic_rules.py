@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from course_lib.logic_rules import (
-    FRIEND_RULES, HELD_RULES, KINSHIP_RULES, NEW_PEOPLE, PEOPLE, RELATIONS, RULES, TOKEN, TRAIN_PEOPLE,
-    TRAIN_RULES, VOCAB, all_sentences, capacity_curve, composition_answers, composition_head,
-    composition_lookup, composition_readout, decode, encode, fit_power_law, friend_enemy_model,
-    handset_layout, handset_model, random_layer_features, rule_model_run, rule_targets, rules_right,
-    sentence_batch, slot_accuracy, strictly_right, symmetric_gram, train_rule_model, train_rule_models,
-    xor_residue)
+    ANSWER_KINDS, FRIEND_RULES, HELD_RULES, KINSHIP_RULES, NEW_PEOPLE, PEOPLE, RELATIONS, RULES, TOKEN,
+    TRAIN_PEOPLE, TRAIN_RULES, VOCAB, all_sentences, answer_kind, answer_lead, capacity_curve,
+    composition_answers, composition_head, composition_lookup, composition_readout, decode, encode, fano_bits,
+    fit_power_law, friend_enemy_model, handset_layout, handset_model, nearby_answers, random_layer_features,
+    rule_model_run, rule_targets, rules_right, sentence_batch, slot_accuracy, slot_lead, strictly_right,
+    symmetric_gram, train_rule_model, train_rule_models, xor_residue)
 from course_lib.model import IGNORE, DecoderOnly, ModelConfig
 from course_lib.training import run_each
 
@@ -181,8 +181,12 @@ def test_xor_residue_is_zero_for_a_fixed_mix_and_matches_a_direct_computation():
 # ---------------------------------------------------------------- trained models
 
 def test_attention_plus_mlp_learns_every_training_sentence_and_no_new_person():
-    model = train_rule_model(d_ff=96)
+    model = train_rule_model(d_ff=96, n_heads=4)  # lesson 07's recipe
+    with torch.no_grad():
+        model(encode(["John", "father", "sister", "Mary"])[None])
+    assert model.last_weights.shape == (1, 4, 4, 4)  # (B, H, T, S): four heads
     assert bool((slot_accuracy(model, TRAIN_RULES, TRAIN_PEOPLE) == 1).all())
+    assert bool((slot_lead(model, TRAIN_RULES, TRAIN_PEOPLE) > 0).all())
     new = slot_accuracy(model, TRAIN_RULES, NEW_PEOPLE)
     assert float(new[1]) > 0.95 and float(new[0]) < 0.05 and float(new[2]) < 0.05
     assert float(slot_accuracy(model, HELD_RULES, TRAIN_PEOPLE)[1]) < 0.7
@@ -217,6 +221,44 @@ def test_strictly_right_counts_a_tie_as_wrong_and_ignores_ignore():
     logits = torch.tensor([[1.0, 2.0, 2.0], [3.0, 1.0, 0.0], [0.0, 5.0, 1.0]])
     got = strictly_right(logits, torch.tensor([1, 0, IGNORE]))
     assert got.tolist() == [False, True, False]
+    assert answer_lead(logits, torch.tensor([1, 0, IGNORE])).tolist() == [0.0, 2.0, -math.inf]
+    assert answer_lead(logits, torch.tensor([0, 2, 2])).tolist() == [-1.0, -3.0, -4.0]
+
+
+def test_slot_lead_is_the_smallest_lead_by_loop_and_positive_exactly_when_all_right():
+    model = handset_model(KINSHIP_RULES)
+    with torch.no_grad():  # break the copy of Y for the people whose id is even
+        model.readout.weight[[TOKEN[p] for p in PEOPLE[::2]]] = 0.0
+    got = slot_lead(model, KINSHIP_RULES, PEOPLE[:4])
+    ids = all_sentences(KINSHIP_RULES, PEOPLE[:4])
+    with torch.no_grad():
+        logits = model(ids).tolist()
+    want = [math.inf] * 3
+    for row, scores in zip(ids, logits):
+        targets = targets_by_loop(decode(row), KINSHIP_RULES)
+        for slot in range(3):
+            w = VOCAB.index(targets[slot])
+            lead = scores[slot][w] - max(v for j, v in enumerate(scores[slot]) if j != w)
+            want[slot] = min(want[slot], lead)
+    assert got.tolist() == pytest.approx(want, abs=1e-6)
+    accuracy = slot_accuracy(model, KINSHIP_RULES, PEOPLE[:4])
+    assert ((got > 0) == (accuracy == 1)).all() and float(got[2]) < 0 < float(got[1])
+
+
+def test_answer_kind_sorts_answers_into_right_borrowed_and_other():
+    pair = ("husband", "mother")  # held out: mother-in-law; wife mother and father mother are seen
+    assert answer_kind(pair, "mother-in-law") == "right"
+    assert answer_kind(pair, "grandmother") == "borrowed"  # father mother -> grandmother shares r2
+    assert answer_kind(pair, "father-in-law") == "borrowed"  # husband father shares r1
+    assert answer_kind(pair, "aunt") == "other" and answer_kind(pair, "John") == "other"
+    assert ANSWER_KINDS == ("right", "borrowed", "other")
+    by_loop = set()
+    for (a, b), out in TRAIN_RULES.items():
+        if a == "husband" or b == "mother":
+            by_loop.add(out)
+    assert nearby_answers(pair) == by_loop
+    # every held-out composition's answer is seen from a rule sharing r1 or r2 (its twin)
+    assert all(out in nearby_answers(p) for p, out in HELD_RULES.items())
 
 
 def test_composition_answers_say_the_rule_tables_answer_for_the_handset_model():
@@ -249,23 +291,26 @@ def test_rule_model_runs_of_two_settings_in_one_pool_are_the_models_one_by_one()
 # ---------------------------------------------------------------- capacity
 
 def test_capacity_with_more_hidden_units_than_rules_stores_every_rule():
-    right, table = rules_right(64, table_factor=1)  # 65 columns, 64 rules: solved exactly
+    right, table = rules_right(64, n_relations=8)  # 65 columns, 64 rules: solved exactly
     assert table == 64 and right == 64
 
 
-def test_rules_right_matches_a_float64_least_squares_count_by_loop():
-    """The same table and features as rules_right, solved by float64 lstsq, counted by loop."""
-    d_ff, factor, answers = 96, 4, 10
-    got, table = rules_right(d_ff, factor, answers, seed=3)
+def test_rules_right_matches_a_float64_least_squares_count_by_loop_on_one_table():
+    """The same table and features as rules_right, solved by float64 lstsq, counted by loop:
+    the table is drawn first, so every width meets the same one."""
+    n, answers = 20, 10
     gen = torch.Generator().manual_seed(3)
-    n = math.ceil(math.sqrt(factor * d_ff))
-    wanted = torch.randint(answers, (n * n,), generator=gen)
-    hidden = random_layer_features(n, d_ff, gen).double()
-    w = torch.linalg.lstsq(hidden, torch.nn.functional.one_hot(wanted, answers).double()).solution
-    out = (hidden @ w).tolist()
-    want = sum(all(row[a] > v for j, v in enumerate(row) if j != a)
-               for row, a in zip(out, wanted.tolist()))
-    assert table == n * n and abs(got - want) <= 2 and got < table
+    wanted = torch.randint(answers, (n * n,), generator=gen)  # drawn before any width is known
+    for d_ff in (16, 96):
+        got, table = rules_right(d_ff, n, answers, seed=3)
+        gen = torch.Generator().manual_seed(3)
+        assert torch.equal(torch.randint(answers, (n * n,), generator=gen), wanted)
+        hidden = random_layer_features(n, d_ff, gen).double()
+        w = torch.linalg.lstsq(hidden, torch.nn.functional.one_hot(wanted, answers).double()).solution
+        out = (hidden @ w).tolist()
+        want = sum(all(row[a] > v for j, v in enumerate(row) if j != a)
+                   for row, a in zip(out, wanted.tolist()))
+        assert table == n * n and abs(got - want) <= 2 and got < table
 
 
 def test_random_layer_features_are_relu_of_the_concatenated_embeddings():
@@ -288,11 +333,28 @@ def test_symmetric_gram_equals_the_full_product():
 
 
 def test_capacity_curve_counts_are_in_range_and_grow_with_width():
-    counts = capacity_curve([8, 32, 128])
+    counts = capacity_curve([8, 32, 128], n_relations=30)
     right, table = counts.unbind(-1)
-    assert counts.dtype == torch.int64 and bool(((right >= 0) & (right <= table)).all())
+    assert counts.dtype == torch.int64 and bool((table == 900).all())
+    assert bool(((right >= 0) & (right <= table)).all())
     assert bool((right[1:] > right[:-1]).all()) and bool((right < table).all())
-    assert torch.equal(counts, capacity_curve([8, 32, 128]))  # seeded
+    assert torch.equal(counts, capacity_curve([8, 32, 128], n_relations=30))  # seeded
+    assert capacity_curve([32], n_relations=30, seed=1).tolist() != counts[1:2].tolist()
+
+
+def test_fano_bits_match_the_formula_by_loop_and_its_ends():
+    k = 48
+    assert float(fano_bits(torch.tensor(100), torch.tensor(100), k)) == pytest.approx(100 * math.log2(k))
+    assert float(fano_bits(torch.tensor(2), torch.tensor(96), k)) == pytest.approx(0, abs=1e-9)  # chance
+    # every answer wrong still says which answer each rule does not have
+    assert float(fano_bits(torch.tensor(0), torch.tensor(96), k)) == pytest.approx(96 * math.log2(k / (k - 1)))
+    right, table = torch.tensor([10, 37, 90]), torch.tensor([100, 100, 100])
+    for got, r in zip(fano_bits(right, table, k).tolist(), right.tolist()):
+        e = 1 - r / 100
+        h = -(e * math.log2(e) + (1 - e) * math.log2(1 - e))
+        assert got == pytest.approx(100 * (math.log2(k) - h - e * math.log2(k - 1)), rel=1e-12)
+    # fewer bits than the table holds unless every rule is right
+    assert bool((fano_bits(right, table, k) < 100 * math.log2(k)).all())
 
 
 def test_fit_power_law_recovers_a_and_p():
@@ -332,6 +394,11 @@ def test_fit_power_law_recovers_a_and_p():
     (lambda: slot_accuracy("model"), TypeError, "model"),
     (lambda: xor_residue(None), TypeError, "model"),
     (lambda: capacity_curve([]), ValueError, "d_ffs must not be empty"),
+    (lambda: rules_right(8, n_relations=1), ValueError, "n_relations"),
+    (lambda: fano_bits(torch.tensor([5]), torch.tensor([4])), ValueError, "right and table"),
+    (lambda: fano_bits(torch.tensor([1, 2]), torch.tensor([4])), ValueError, "right and table"),
+    (lambda: answer_kind(("father", "son"), "grandson"), ValueError, "pair"),
+    (lambda: train_rule_model(n_heads=5), ValueError, "n_heads"),
     (lambda: capacity_curve([8, 0]), ValueError, "d_ff"),
     (lambda: rules_right(10), ValueError, "multiple of 4"),
     (lambda: rules_right(8, n_answers=1), ValueError, "n_answers"),
@@ -350,7 +417,8 @@ def test_widget_redraws_fast_and_keeps_the_layer_in_range():
     from course_lib.widgets.logic_rules import sentence_widget
 
     fixed = train_rule_model(d_ff=0, content=False, steps=5)
-    view = sentence_widget({"hand-set": handset_model(), "fixed": fixed},
+    heads = train_rule_model(d_ff=8, n_heads=4, steps=5)
+    view = sentence_widget({"hand-set": handset_model(), "fixed": fixed, "heads": heads},
                            [["John", "father", "sister", "Mary"], ["Tom", "enemy", "enemy", "Kate"]])
     controls = view.controls
     controls["layer"].value = 2
@@ -359,7 +427,10 @@ def test_widget_redraws_fast_and_keeps_the_layer_in_range():
     controls["sentence"].value = controls["sentence"].options[1]
     controls["model"].value = "hand-set"
     assert controls["layer"].max == 2
-    assert "aunt" in view.first_view and not view.errors.outputs
+    controls["model"].value = "heads"  # one heatmap per head
+    assert view.view.value.count("<svg") == 4 and "head 4" in view.view.value
+    assert view.first_view.count("<svg") == 1 and not view.errors.outputs
+    assert "aunt" in view.first_view
     assert max(view.timings_ms) < 50
 
 

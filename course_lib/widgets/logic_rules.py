@@ -16,9 +16,10 @@ from . import LiveView, row
 def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence[str]]) -> LiveView:
     """Controls: a sentence X r1 r2 Y, a model (name -> DecoderOnly) and one of its layers.
 
-    Shows that layer's attention (query rows, key columns), the model's output at each slot
-    against the rule table's, and the three most likely relations at r1's slot. Everything is
-    computed once here; a redraw only formats it.
+    Shows that layer's attention (query rows, key columns; one heatmap per head when the layer
+    has several), the model's output at each slot against the rule table's, and the three
+    most likely relations at r1's slot. Everything is computed once here; a redraw only
+    formats it.
     """
     import ipywidgets as widgets
 
@@ -35,7 +36,8 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
     with torch.no_grad():
         for name, model in models.items():
             logits = model(ids).double()  # (N, 4, V)
-            weights = [w.double() for w in model.layer_weights]  # n_layers x (N, 4, 4)
+            # n_layers x (N, 4, 4), or (N, H, 4, 4) for a layer of H heads
+            weights = [w.double() for w in model.layer_weights]
             # (N, R): the relation slot, relations only
             at_r = logits[:, 1, relation_ids].softmax(-1)
             top = at_r.topk(3, dim=-1)
@@ -63,10 +65,11 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
                    f"relations: {ranked}. Green: the rule table's answer, strictly above "
                    f"every other token; red: not (a tie is red).</p>")
         keys = [f"{i}:{w}" for i, w in enumerate(words)]
-        return readout + row(svg_heatmap(weights[layer - 1][n], keys, keys,
-                                         f"{model}: layer {layer} attention", cell=46,
-                                         highlight_row=1, row_axis="query", col_axis="key",
-                                         limit=1.0))  # one scale: a weight of 1/4 is pale
+        shown = weights[layer - 1][n]  # (4, 4), or (H, 4, 4) for a layer of H heads
+        if shown.dim() == 2:
+            return readout + row(_heatmap(shown, keys, f"{model}: layer {layer} attention", 46))
+        return readout + row(*(_heatmap(head, keys, f"{model}: layer {layer}, head {h + 1}", 34)
+                               for h, head in enumerate(shown)))
 
     names = list(models)
     depth = {name: len(seen[name][0]) for name in names}
@@ -83,3 +86,9 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
         "model": model_choice,
         "layer": layer,
     }, render)
+
+
+def _heatmap(weights: torch.Tensor, keys: list[str], title: str, cell: int) -> str:
+    """One head's attention (4, 4) as a heatmap: query r1's row framed, one 0-1 scale."""
+    return svg_heatmap(weights, keys, keys, title, cell=cell, highlight_row=1, row_axis="query",
+                       col_axis="key", limit=1.0)  # one scale: a weight of 1/4 is pale
