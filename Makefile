@@ -56,14 +56,17 @@ system:
 
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg -q
 
-# The notebooks run twice: with this CPU's fastest kernels, then with torch's portable ones
-# (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets): their outputs must agree. Then
-# every claim must hold for 5 seed shifts under each CPU kernel and BLAS path (make stability).
+# The notebooks run with this CPU's fastest kernels, then with torch's portable ones
+# (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets), and the lessons once more on MKL's
+# AVX2 path (the BLAS picks its path per processor whatever torch is told; some AMD CPUs get
+# that one): their outputs must agree. Then every claim must hold for 5 seed shifts under each
+# CPU kernel and BLAS path (make stability).
 # A student copy (`make release`) has no tests/ or solutions/: there it checks the lessons.
 # The hub test (tests/test_hub.py) needs the hub's proxy; a student copy has neither.
 test: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
 	$(BIN)/python -m pytest $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest notebooks $(wildcard solutions) $(NBVAL)
+	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest notebooks $(NBVAL)
 	$(if $(wildcard tests/test_claim_stability.py),$(BIN)/python scripts/claim_stability.py)
 
 # SUBMISSIONS: a folder of <student>/<set>/, or a zip downloaded from Canvas or Moodle, with
