@@ -73,7 +73,7 @@ def execute(notebook: Path) -> None:
                    resources={"metadata": {"path": str(notebook.parent)}}).execute()
 
 
-def margin(smallest: tuple[float, int, str] | None) -> str:
+def margin_text(smallest: tuple[float, int, str] | None) -> str:
     """A claim's smallest margin over the runs, and the run it was found in."""
     return "-" if smallest is None else f"{100 * smallest[0]:+.1f}% (shift {smallest[1]}, {smallest[2]})"
 
@@ -118,12 +118,12 @@ def report(results: dict, lessons: list[Path], seeds: int, names: list[str],
     if markdown:
         rows = ["| lesson | checked | by construction | with a margin | runs | flips | smallest margin |",
                 "|---|---|---|---|---|---|---|"]
-        rows += [f"| {name} | {c} | {d} | {b} | {n} | {f} | {margin(m)} |"
+        rows += [f"| {name} | {c} | {d} | {b} | {n} | {f} | {margin_text(m)} |"
                  for name, c, d, b, n, f, m in table]
     else:
         rows = [f"{'lesson':<24} {'checked':>7} {'by constr.':>10} {'bounded':>7} {'runs':>5} "
                 f"{'flips':>5}  smallest margin"]
-        rows += [f"{name:<24} {c:>7} {d:>10} {b:>7} {n:>5} {f:>5}  {margin(m)}"
+        rows += [f"{name:<24} {c:>7} {d:>10} {b:>7} {n:>5} {f:>5}  {margin_text(m)}"
                  for name, c, d, b, n, f, m in table]
     summary = (f"{len(lessons)} lessons x {seeds} seed shifts x {len(names)} kernels "
                f"({', '.join(names)})")
