@@ -58,7 +58,7 @@ NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg -q
 
 # The notebooks run with this CPU's fastest kernels, then with torch's portable ones
 # (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets), and the lessons once more on MKL's
-# AVX2 path (the BLAS picks its path per processor whatever torch is told; some AMD CPUs get
+# AVX2 path (the BLAS picks its path per processor whatever torch is told; an AMD CPU likely gets
 # that one): their outputs must agree. Then every claim must hold for 5 seed shifts under each
 # CPU kernel and BLAS path (make stability).
 # A student copy (`make release`) has no tests/ or solutions/: there it checks the lessons.

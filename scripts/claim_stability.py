@@ -41,7 +41,7 @@ def kernels() -> dict[str, dict[str, str]]:
              "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
     if "avx512f" in flags:
         pairs = {"avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
-                 # torch's AVX-512 kernels with MKL's AVX2 path: what some AMD CPUs run
+                 # torch's AVX-512 kernels with MKL's AVX2 path: likely what an AMD CPU runs
                  "avx512+blas-avx2": {"ATEN_CPU_CAPABILITY": "avx512",
                                       "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
                  **pairs}
