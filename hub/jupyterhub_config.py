@@ -33,7 +33,12 @@ import pwd
 import sys
 from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner
+
 CHECKOUT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(CHECKOUT / "scripts"))
+import hub as class_hub  # noqa: E402  (scripts/hub.py: the limits, and how a server is confined)
+from grading.cgroup import Group  # noqa: E402
 VENV_BIN = Path(sys.executable).parent  # hub.py starts JupyterHub with the course's .venv
 STATE = Path(os.environ.get("TR_HUB_STATE", "/srv/transformer-roots-hub"))
 CLASS = json.loads((STATE / "class.json").read_text())  # written by `hub.py setup`
@@ -84,7 +89,43 @@ c.JupyterHub.load_groups = {f"formgrade-{course}": {"users": instructors},
 
 # --- Each user's server: their own unix user (the hub runs as root and drops to that user),
 # the course's Python environment, JupyterLab, started in their home folder.
-c.JupyterHub.spawner_class = "localprocess"
+# A student's server, with everything it starts, runs within the class's limits (set once, at
+# setup, in class.json; scripts/hub.py says what each covers): a control group for memory, tasks
+# and CPU share, and a mount namespace with their own /tmp, /var/tmp and /dev/shm of a fixed size
+# (their home is a disk image of its own, mounted by `hub.py start`). Instructors are not limited:
+# grading runs in their server.
+LIMITS = class_hub.ClassLimits(**CLASS.get("limits", {}))
+class_hub.make_class_group(LIMITS, len(students))
+KEEP = [Path(CLASS["homes"]), STATE, CHECKOUT]  # what a private /tmp must still show, should it be there
+
+
+class ClassSpawner(LocalProcessSpawner):
+    def make_preexec_fn(self, name):
+        as_user = super().make_preexec_fn(name)
+        if name not in students:
+            return as_user
+        group = Group.make(class_hub.group_name(name), LIMITS.cgroup())  # here, in the hub, as root
+        private_mounts = class_hub.confine(LIMITS, KEEP)
+
+        def preexec():  # after fork, before exec: still root until as_user()
+            group.enter()
+            private_mounts()
+            as_user()
+        return preexec
+
+    def get_env(self):
+        env = super().get_env()
+        if self.user.name in students:  # the limits and counters the kernel's notice reads
+            env |= class_hub.notice_environment(self.user.name, LIMITS)
+        return env
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        if self.user.name in students:  # what the server left running (a terminal's nohup, say) ends with it
+            Group.find(class_hub.group_name(self.user.name)).remove()
+
+
+c.JupyterHub.spawner_class = ClassSpawner
 c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
@@ -97,6 +138,10 @@ c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": str(STATE / "etc" / "jupyter"),
     # Kernel sockets (below) and the server's runtime files: in the user's home, on a short path.
     "JUPYTER_RUNTIME_DIR": lambda spawner: f"{pwd.getpwnam(spawner.user.name).pw_dir}/{RUNTIME}",
+    # The class's kernel spec (hub.py setup): the course's Python with grading/notice.py, which
+    # names the limit a student's work hits; and hub/jupyter's JupyterLab addition, which makes
+    # nbgrader's "(view feedback)" open the feedback page, not only its folder.
+    "JUPYTER_PATH": os.pathsep.join([str(STATE / "share" / "jupyter"), str(CHECKOUT / "hub" / "jupyter")]),
 }
 # Kernels talk to their server over unix sockets, not TCP ports. When a class starts together,
 # servers that each pick "free" TCP ports for their kernels at the same moment collide: with 16

@@ -506,6 +506,14 @@ def lms_rows(collected: Collected, subs: list[Submission]) -> list[dict]:
     return rows
 
 
+def private_file(path: Path) -> Path:
+    """`path`, made empty and readable by its owner only before anything is written to it: every
+    student's grade is in an LMS file, and a class's hub lets students read the checkout."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    path.chmod(0o600)
+    return path
+
+
 def write_lms_csv(course: Path, collected: Collected, subs: list[Submission], max_scores: dict[str, float],
                   columns: dict[str, str]) -> list[Path]:
     """The grades as the LMS the download came from imports them; returns the files written."""
@@ -514,12 +522,12 @@ def write_lms_csv(course: Path, collected: Collected, subs: list[Submission], ma
     rows = lms_rows(collected, subs)
     sets = sorted({row["set_name"] for row in rows})
     if collected.lms == "canvas":
-        write_canvas_csv(course / "canvas-grades.csv", rows, sets, max_scores, columns)
+        write_canvas_csv(private_file(course / "canvas-grades.csv"), rows, sets, max_scores, columns)
         return [course / "canvas-grades.csv"]
     written = []
     for name in sets:  # Moodle's worksheet holds one assignment
         path = course / f"moodle-grades-{name}.csv"
-        write_moodle_csv(path, [r for r in rows if r["set_name"] == name], max_scores[name],
+        write_moodle_csv(private_file(path), [r for r in rows if r["set_name"] == name], max_scores[name],
                          datetime.datetime.now())
         written.append(path)
     return written

@@ -3,6 +3,8 @@
 Usage, as root (it creates unix users and starts servers as them):
   python scripts/hub.py setup --roster hub/roster.csv --instructor ID [--instructor ID ...]
                               [--state DIR] [--homes DIR] [--sets 01_attention_scores,...]
+                              [--memory 1.5G --processes 256 --cpu-weight 100
+                               --home-size 2G --tmp-size 512M --shm-size 256M]   (per student)
   python scripts/hub.py start [--state DIR]      JupyterHub and its proxy, in the foreground
   python scripts/hub.py teardown [--state DIR]   removes the users, homes and state setup made
 
@@ -11,8 +13,9 @@ setup makes:
     prefix; ids must match ID_PATTERN; an id that is already a user of the machine is refused),
     with a home folder only they can enter and a first password of its own, listed for the
     instructor in <state>/hub/first-passwords.csv (root only); the hub checks it through PAM;
-  - the nbgrader exchange, <state>/exchange: the root 1777 (what nbgrader 0.9 sets, plus the
-    sticky bit so no one removes what another made), the course's folder in it owned by the
+  - the nbgrader exchange, <state>/exchange: the root root's own, 0755 (no student creates or
+    renames anything there; grading/exchange.py's classes, which the class's nbgrader settings
+    name, take a hand-in only from its author), the course's folder in it owned by the
     grader (the first instructor) with nbgrader's own modes: outbound 0755, inbound 2733
     (students write, only the grader lists), feedback 0711 (read by exact, secret name);
   - <state>/etc/jupyter/nbgrader_config.py, read by every user's server: course id, exchange;
@@ -20,6 +23,9 @@ setup makes:
     solutions/ (nbgrader's source), exercises/ (the student versions, generated) and a gradebook
     holding every roster student; and their ~/.jupyter/nbgrader_config.py pointing at it;
   - each student's lessons (a copy of notebooks/) and JupyterLab without the instructors' panels;
+  - each student's home on a disk of its own: an ext4 image, <state>/disks/<id>.img, of the
+    class's home size (ClassLimits: the class's limits, in one place);
+  - the class's Python kernel spec, <state>/share/jupyter (it names a limit a student hits);
   - <state>/class.json: the roster, the instructors and what was made (read by
     hub/jupyterhub_config.py, and by teardown).
 start runs JupyterHub (hub/jupyterhub_config.py) in a mount namespace of its own, in which
@@ -27,8 +33,13 @@ start runs JupyterHub (hub/jupyterhub_config.py) in a mount namespace of its own
     shows them only that Python's folders;
   - the checkout's private parts (solutions/, tests/, the git history, any grading output of
     `make grade`) are empty folders;
+  - each student's home image is mounted on their home;
 nothing changes on the disk. It then checks, as user nobody, that the course's Python runs
-and that solutions/ cannot be read, and stops with the reason if not.
+and that solutions/ cannot be read, and stops with the reason if not. Each student's server
+then runs in a control group with the class's limits and in a mount namespace of its own with
+private /tmp, /var/tmp and /dev/shm ("Limits per student" below; hub/jupyterhub_config.py).
+teardown removes the users, their homes, home images and control groups, every file they left
+in /tmp, /var/tmp, /dev/shm and /run/lock, and the state folder.
 
 From Python (the tests): setup(...), launch(...) -> the running hub, stop(hub), teardown(state).
 """
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import ctypes
 import grp
 import json
 import os
@@ -52,7 +64,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,9 +77,13 @@ DEFAULT_STATE = Path("/srv/transformer-roots-hub")
 # 32 characters; no dot, no capital, no "+" (nbgrader joins names with "+" in the exchange).
 ID_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # What students must not read in the checkout: answers, hidden tests, tests that hold right
-# answers, and what `make grade` may have left there (submissions, grades, the gradebook).
+# answers, and what `make grade` may have left there (submissions, grades, the gradebook, the
+# grades as an LMS imports them). Names or glob patterns, in the checkout's root.
 PRIVATE = ["solutions", "tests", ".grading", "submitted", "autograded", "feedback", "gradebook.db",
-           "grades.csv"]
+           "grades.csv", "canvas-grades.csv", "moodle-grades-*.csv"]
+# Where any user may leave files outside their home: teardown removes the class's users' files
+# there (a uid the next class's user may be given must not find them).
+SHARED_WRITABLE = [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/run/lock")]
 # JupyterLab panels and server parts that only an instructor uses (nbgrader's own table:
 # students get the assignment list and Validate, not the formgrader or course list).
 INSTRUCTOR_ONLY_LAB = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
@@ -75,6 +91,10 @@ INSTRUCTOR_ONLY_LAB = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create
 SERVER_EXTENSIONS = ["jupyterlab", "jupyter_server_terminals", "notebook_shim",
                      "nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
                      "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list"]
+# nbgrader's exchange steps, each done by the class's own exchange (grading/exchange.py).
+EXCHANGE_CLASSES = {"fetch_assignment": "FetchAssignment", "fetch_feedback": "FetchFeedback", "list": "List",
+                    "submit": "Submit", "release_assignment": "ReleaseAssignment",
+                    "release_feedback": "ReleaseFeedback", "collect": "Collect"}
 INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
 
 
@@ -82,6 +102,37 @@ INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.ser
 class Member:
     id: str
     name: str
+
+
+GiB, MiB = 2**30, 2**20
+
+
+@dataclass(frozen=True)
+class ClassLimits:
+    """What each student's server, with everything it starts, may use: the one place a class's
+    limits are set (`hub.py setup --memory ...`; kept in class.json). The defaults come from the
+    sizing table (README, "How many students one machine holds"): a student who runs every lesson
+    peaks at 0.8 GB (lesson 07's kernel) plus about 0.1 GB of server, and 16 such students fill
+    this 24 GB machine's memory at 1.5 GiB each; a server with a kernel runs about 60 tasks."""
+    memory: int = 3 * GiB // 2  # RAM of all they run, their /tmp and /dev/shm files included
+    processes: int = 256  # tasks (processes and threads) alive at once
+    cpu_weight: int = 100  # each student an equal share of a busy CPU
+    home: int = 2 * GiB  # their home: an ext4 image of this size, mounted on it
+    tmp: int = 512 * MiB  # their own /tmp (also their /var/tmp): a tmpfs of this size
+    shm: int = 256 * MiB  # their own /dev/shm: a tmpfs of this size
+
+    def cgroup(self):
+        from grading.cgroup import Limits
+
+        return Limits(memory=self.memory, processes=self.processes, cpu_weight=self.cpu_weight)
+
+
+def size(text: str) -> int:
+    """Bytes from "1.5G", "512M", "4096" (K, M, G: powers of 1024); a bad size is named."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: write e.g. 1.5G, 512M or 4096")
+    return int(float(match.group(1)) * 1024 ** " KMG".index(match.group(2).upper() or " "))
 
 
 def read_roster(path: Path) -> list[Member]:
@@ -188,10 +239,20 @@ def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
         profile.write(f"\n# Transformer Roots: the course's Python first, as in its notebooks\n"
                       f"PATH=\"{Path(sys.executable).parent}:$PATH\"\n")
     extensions = {name: not (student and name in INSTRUCTOR_ONLY_SERVER) for name in SERVER_EXTENSIONS}
-    write_owned(home / ".jupyter" / "jupyter_server_config.json",
-                json.dumps({"ServerApp": {"jpserver_extensions": extensions}}, indent=1), member.id)
-    settings = home / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    write_owned(settings / "notification.jupyterlab-settings", json.dumps({"fetchNews": "false"}), member.id)
+    server = {"jpserver_extensions": extensions}
+    if not student:
+        # Nbgrader > Formgrader shows the formgrader framed in JupyterLab, which JupyterHub's default
+        # header (frame-ancestors 'none') refused ("127.0.0.1 refused to connect"): the grader's
+        # own server may frame its own pages.
+        server["tornado_settings"] = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+    write_owned(home / ".jupyter" / "jupyter_server_config.json", json.dumps({"ServerApp": server}, indent=1),
+                member.id)
+    settings = home / ".jupyter" / "lab" / "user-settings"
+    write_owned(settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings",
+                json.dumps({"fetchNews": "false"}), member.id)
+    # One formgrader entry in the menu: "Formgrader (local)" (a course folder per JupyterLab tab) off.
+    write_owned(settings / "@jupyter" / "nbgrader" / "formgrader.jupyterlab-settings",
+                json.dumps({"local_config": False}), member.id)
     if student:
         write_owned(home / ".jupyter" / "labconfig" / "page_config.json",
                     json.dumps({"disabledExtensions": {name: True for name in INSTRUCTOR_ONLY_LAB}}), member.id)
@@ -203,7 +264,9 @@ def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
 def make_exchange(state: Path, grader: str) -> Path:
     exchange = state / "exchange"
     exchange.mkdir()
-    exchange.chmod(0o1777)
+    # Root's, 0755: no student creates or renames anything at the top (nbgrader's 1777 let them);
+    # the class's exchange classes (grading/exchange.py) only need to enter it.
+    exchange.chmod(0o755)
     course = exchange / COURSE_ID
     # Made now, by the grader, so no student can make the course's folder first and own it.
     for folder, mode in [(course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o2733),
@@ -244,8 +307,16 @@ def make_course(grader: Member, home: Path, students: list[Member], sets: list[s
     return course
 
 
+def write_kernel_spec(state: Path) -> None:
+    """The class's Python kernel (found first through JUPYTER_PATH, hub/jupyterhub_config.py):
+    the course's, with grading/notice.py, which names a class limit a student's work hits."""
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=grading.notice"],
+            "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}
+    write_owned(state / "share" / "jupyter" / "kernels" / "python3" / "kernel.json", json.dumps(spec, indent=1), "root")
+
+
 def setup(roster: Path, instructors: list[str], state: Path = DEFAULT_STATE, homes: Path = Path("/home"),
-          sets: list[str] | None = None) -> dict:
+          sets: list[str] | None = None, limits: ClassLimits = ClassLimits()) -> dict:
     """Make the class (see the module's docstring); returns what class.json records."""
     require_root("setup")
     students = read_roster(roster)
@@ -273,7 +344,7 @@ def setup(roster: Path, instructors: list[str], state: Path = DEFAULT_STATE, hom
         if not folder.stat().st_mode & stat.S_IXOTH:
             raise SystemExit(f"{folder} cannot be entered by other users: they could not reach their home")
     data = {"course_id": COURSE_ID, "checkout": str(ROOT), "homes": str(homes), "sets": sets,
-            "students": [vars(m) for m in students], "instructors": [vars(m) for m in staff],
+            "limits": asdict(limits), "students": [vars(m) for m in students], "instructors": [vars(m) for m in staff],
             "created_users": [], "exchange": str(state / "exchange")}
     save_class(state, data)
     (state / "hub").mkdir(mode=0o700)
@@ -286,16 +357,143 @@ def setup(roster: Path, instructors: list[str], state: Path = DEFAULT_STATE, hom
             data["created_users"].append(member.id)
             save_class(state, data)  # teardown removes what was made, even if a later step fails
             seed_lab_settings(member, homes / member.id, student=member in students)
+            if member in students:
+                make_home_disk(state, member, homes / member.id, limits)
     make_exchange(state, staff[0].id)
     write_owned(state / "etc" / "jupyter" / "nbgrader_config.py",
                 "c = get_config()  # noqa: F821\n"
                 "# Read by every user's server (hub/jupyterhub_config.py sets JUPYTER_CONFIG_PATH).\n"
                 f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
-                f"c.Exchange.root = {str(state / 'exchange')!r}\n", "root")
+                f"c.Exchange.root = {str(state / 'exchange')!r}\n"
+                "# A hand-in counts only for the user who made it (grading/exchange.py).\n"
+                + "".join(f"c.ExchangeFactory.{step} = 'grading.exchange.{name}'\n"
+                          for step, name in EXCHANGE_CLASSES.items()), "root")
 
+    write_kernel_spec(state)
     data["course"] = str(make_course(staff[0], homes / staff[0].id, students, sets))
     save_class(state, data)
     return data
+
+
+# --- Limits per student: a control group for memory, tasks and CPU; disks of their own.
+#
+# The control group (grading/cgroup.py: v1 here, v2 elsewhere) holds the student's server and
+# everything it starts; the memory limit also covers their /tmp and /dev/shm, which are tmpfs
+# (RAM). Disk: the home is an ext4 image of its own, mounted on the home by `start` (a full home
+# says "No space left on device" and fills no one else's disk); /tmp (and /var/tmp) and /dev/shm
+# are tmpfs of their own in the server's own mount namespace, gone when the server stops. A
+# systemd machine would give the same with SystemdSpawner (MemoryMax, TasksMax, CPUWeight,
+# PrivateTmp) and project quotas for homes.
+
+CLASS_GROUP = "transformer-roots/hub"  # the students' groups are in it
+
+
+def group_name(student: str) -> str:
+    return f"{CLASS_GROUP}/{student}"
+
+
+def make_class_group(limits: ClassLimits, n_students: int):
+    """The group that holds every student's group, with n students' limits in total: on a machine
+    that runs other work too, the class competes for the CPU as n equal shares, not as one (with
+    one, a student who spins on every core spent the whole class's share, and the others waited)."""
+    from grading.cgroup import Group, Limits
+
+    return Group.make(CLASS_GROUP, Limits(memory=limits.memory * n_students, processes=limits.processes * n_students,
+                                          cpu_weight=limits.cpu_weight * n_students))
+
+
+def home_image(state: Path, student: str) -> Path:
+    return state / "disks" / f"{student}.img"
+
+
+def make_home_disk(state: Path, member: Member, home: Path, limits: ClassLimits) -> Path:
+    """Move the student's home onto an ext4 image of `limits.home` bytes (sparse: it takes disk
+    only as it fills); the folder on the disk stays as the image's mount point."""
+    entry = pwd.getpwnam(member.id)
+    image = home_image(state, member.id)
+    image.parent.mkdir(mode=0o700, exist_ok=True)
+    with open(os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+        handle.truncate(limits.home)
+    # No journal: a home that is lost with the class needs none, and it saves 64 MB per student.
+    run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
+        "-E", f"root_owner={entry.pw_uid}:{entry.pw_gid}", str(image))
+    with tempfile.TemporaryDirectory(prefix="tr-home-") as mounted:
+        run("mount", "-o", "loop,nosuid,nodev", str(image), mounted)
+        try:
+            shutil.rmtree(Path(mounted) / "lost+found")
+            shutil.copytree(home, mounted, symlinks=True, dirs_exist_ok=True)
+            chown_tree(Path(mounted), member.id)
+            os.chmod(mounted, 0o700)
+        finally:
+            run("umount", mounted)
+    for child in home.iterdir():
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    return image
+
+
+def mount_homes(state: Path) -> list[str]:
+    """(In the hub's namespace.) Each student's home image on their home; one line each, for the log."""
+    data = load_class(state)
+    said = []
+    for student in data["students"]:
+        image, home = home_image(state, student["id"]), Path(data["homes"]) / student["id"]
+        if image.exists():
+            mount("-o", "loop,nosuid,nodev", str(image), str(home))
+            said.append(f"{home}: its own disk of {image.stat().st_size / GiB:.1f} GiB ({image})")
+    return said
+
+
+# Raw system calls for what the student's server does before it starts (after fork, as root).
+_LIBC = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 0x20000, 2, 4, 4096, 16384, 1 << 18, 2
+STAGE = Path("/run/transformer-roots-hub")  # a mount point for a moment, in each server's namespace
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, options: str | None = None) -> None:
+    _check(_LIBC.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                       options and options.encode()), f"mount {target}")
+
+
+def _private_tmpfs(target: Path, size_bytes: int, keep: list[Path]) -> None:
+    """A tmpfs of its own on `target`, in which the folders of `keep` that lie under it (the
+    class's homes and exchange, when a test makes them in /tmp) are still what they were."""
+    kept = [path for path in keep if target in path.parents]
+    if kept:
+        _mount(str(target), str(STAGE), None, MS_BIND | MS_REC)  # the old view, for a moment
+    _mount("tmpfs", str(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_bytes},mode=1777")
+    for path in kept:
+        path.mkdir(parents=True, exist_ok=True)  # root's, in the new tmpfs
+        _mount(str(STAGE / path.relative_to(target)), str(path), None, MS_BIND | MS_REC)
+    if kept:
+        _check(_LIBC.umount2(str(STAGE).encode(), MNT_DETACH), f"umount {STAGE}")
+
+
+def confine(limits: ClassLimits, keep: list[Path]):
+    """The part of a student's server start that runs as root after fork: a mount namespace of
+    its own with private /tmp, /var/tmp and /dev/shm of the class's sizes. Returns the function."""
+    def private_mounts() -> None:
+        _check(_LIBC.unshare(CLONE_NEWNS), "unshare the mount namespace")
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the hub
+        _private_tmpfs(Path("/tmp"), limits.tmp, keep)
+        _mount("/tmp", "/var/tmp", None, MS_BIND)  # one limit for both
+        _private_tmpfs(Path("/dev/shm"), limits.shm, keep)
+    return private_mounts
+
+
+def notice_environment(student: str, limits: ClassLimits) -> dict[str, str]:
+    """What the kernel's notice (grading/notice.py) reads: the limits, and the group's file whose
+    line `oom_kill N` counts the processes killed for memory (v1 and v2 alike)."""
+    from grading.cgroup import Group
+
+    folders = Group.find(group_name(student)).folders
+    events = folders["memory"] / "memory.oom_control" if "memory" in folders else folders[""] / "memory.events"
+    return {"TR_LIMITS": json.dumps(asdict(limits)), "TR_MEMORY_EVENTS": str(events)}
 
 
 # --- start: a mount namespace in which students see what they need, and nothing private.
@@ -318,7 +516,7 @@ def closed_ancestor(path: Path) -> Path | None:
 
 
 def private_paths() -> list[Path]:
-    paths = [ROOT / name for name in PRIVATE if (ROOT / name).exists()]
+    paths = [path for pattern in PRIVATE for path in ROOT.glob(pattern)]
     if shutil.which("git"):
         for flag in ("--absolute-git-dir", "--git-common-dir"):
             found = subprocess.run(["git", "rev-parse", flag], cwd=ROOT, capture_output=True, text=True)
@@ -395,8 +593,9 @@ def check_view() -> None:
 def serve(state: Path) -> None:
     """(What start runs inside its namespace.) Prepare the view, check it, exec JupyterHub."""
     with tempfile.TemporaryDirectory(prefix="tr-hub-view-") as stage:
-        for line in prepare_view(Path(stage)):
+        for line in prepare_view(Path(stage)) + mount_homes(state):
             print(f"hub.py: {line}", flush=True)
+    STAGE.mkdir(mode=0o700, exist_ok=True)
     check_view()
     (state / "hub").mkdir(mode=0o700, exist_ok=True)
     os.chdir(state / "hub")
@@ -413,6 +612,11 @@ def start(state: Path) -> None:
         raise SystemExit(f"{PROXY} is missing: `make hub-proxy` installs configurable-http-proxy with npm")
     if shutil.which("unshare") is None or shutil.which("setpriv") is None:
         raise SystemExit("start needs unshare and setpriv (Debian: apt-get install util-linux)")
+    from grading.cgroup import available
+
+    if available() is None:
+        raise SystemExit("start needs control groups (cgroup v1 or v2, with memory and pids, writable by root): "
+                         "without them one student's server could take the whole machine")
     # A private copy of the mount table: what serve() mounts is seen by the hub and its servers only.
     os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", "--",
                           sys.executable, __file__, "serve", "--state", str(state)])
@@ -480,17 +684,47 @@ def processes_of(uid: int) -> list[int]:
     return pids
 
 
+def remove_files_of(uids: set[int], places: list[Path]) -> list[Path]:
+    """Remove every file and folder owned by `uids` under `places` (each on its own file system,
+    links not followed); returns what was removed."""
+    removed = []
+    for place in places:
+        if not place.is_dir():
+            continue
+        device = place.lstat().st_dev
+        for folder, folders, files in os.walk(place):
+            for name in list(folders) + files:
+                path = Path(folder) / name
+                try:
+                    info = path.lstat()
+                except FileNotFoundError:
+                    continue
+                if info.st_dev != device:
+                    folders[:] = [f for f in folders if f != name]  # another file system mounted here
+                elif info.st_uid in uids:
+                    if stat.S_ISDIR(info.st_mode):
+                        shutil.rmtree(path, ignore_errors=True)
+                        folders[:] = [f for f in folders if f != name]
+                    else:
+                        path.unlink(missing_ok=True)
+                    removed.append(path)
+    return removed
+
+
 def teardown(state: Path) -> list[str]:
-    """Remove the users (their processes, homes and groups) and the state folder setup made."""
+    """Remove the users (their processes, homes, groups and every file they left in /tmp,
+    /var/tmp and /dev/shm) and the state folder setup made."""
     require_root("teardown")
     if not class_file(state).exists():
         return []
     data = load_class(state)
+    uids = set()
     for name in data["created_users"]:
         try:
             uid = pwd.getpwnam(name).pw_uid
         except KeyError:
             continue
+        uids.add(uid)
         for pid in processes_of(uid):  # servers left by a hub that was killed: only this user's
             os.kill(pid, signal.SIGKILL)
         run("userdel", "--remove", name)
@@ -499,6 +733,19 @@ def teardown(state: Path) -> list[str]:
             run("groupdel", name)
         except KeyError:
             pass
+    remove_files_of(uids, SHARED_WRITABLE)
+    for student in data["students"]:  # a home image's loop device, should a mount have outlived the hub
+        image = home_image(state, student["id"])
+        if image.exists() and shutil.which("losetup"):
+            attached = subprocess.run(["losetup", "--associated", str(image), "--output", "NAME", "--noheadings"],
+                                      capture_output=True, text=True).stdout.split()
+            for device in attached:
+                subprocess.run(["losetup", "--detach", device], capture_output=True)
+    from grading.cgroup import Group, available
+
+    if available():
+        for student in data["students"]:  # what a killed hub left running in them
+            Group.find(group_name(student["id"])).remove()
     shutil.rmtree(state)
     return data["created_users"]
 
@@ -512,11 +759,21 @@ def main() -> None:
     parser.add_argument("--instructor", action="append", default=[], help="an instructor's id (the first grades)")
     parser.add_argument("--homes", type=Path, default=Path("/home"), help="where the users' homes are made")
     parser.add_argument("--sets", default="", help="comma-separated exercise sets (default: all)")
+    default = ClassLimits()
+    limits = parser.add_argument_group("limits per student (setup; defaults from the sizing table)")
+    limits.add_argument("--memory", type=size, default=default.memory, help="RAM of all they run, /tmp and /dev/shm included")
+    limits.add_argument("--processes", type=int, default=default.processes, help="processes and threads at once")
+    limits.add_argument("--cpu-weight", type=int, default=default.cpu_weight, help="share of a busy CPU (100 = equal)")
+    limits.add_argument("--home-size", type=size, default=default.home, help="their home's disk")
+    limits.add_argument("--tmp-size", type=size, default=default.tmp, help="their own /tmp and /var/tmp")
+    limits.add_argument("--shm-size", type=size, default=default.shm, help="their own /dev/shm")
     args = parser.parse_args()
     state = args.state.resolve()
     if args.command == "setup":
         data = setup(args.roster, args.instructor, state, args.homes.resolve(),
-                     [s for s in args.sets.split(",") if s])
+                     [s for s in args.sets.split(",") if s],
+                     ClassLimits(args.memory, args.processes, args.cpu_weight, args.home_size, args.tmp_size,
+                                 args.shm_size))
         print(f"class {data['course_id']}: {len(data['students'])} students, instructors "
               f"{', '.join(i['id'] for i in data['instructors'])}; course folder {data['course']}; state {state}\n"
               f"first passwords, to hand out: {state / 'hub' / 'first-passwords.csv'} (root only)")

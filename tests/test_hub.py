@@ -18,10 +18,14 @@ state folder are this test's own. Screenshots go to test-artifacts/hub/.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,6 +55,13 @@ STUDENTS = {
 }
 STUDENT_PASSWORD = "students-test-password"  # test mode: the hub listens on 127.0.0.1 only
 INSTRUCTOR_PASSWORD = "instructors-test-password-of-32-characters-or-more"
+HOG, WORKERS = "trhub-cheat", ("trhub-right", "trhub-wrong")  # who tries to take the machine, who works
+MiB = 2**20
+# The class's limits, smaller than a real class's so that exhausting each one is quick.
+LIMITS = hub.ClassLimits(memory=1024 * MiB, processes=200, home=128 * MiB, tmp=96 * MiB, shm=64 * MiB)
+# What `make grade` may leave in the checkout with every student's grade, as an older grade.py left
+# them (readable by all): the hub must hide them. Made by the fixture if absent, removed after.
+LMS_FILES = ["canvas-grades.csv", f"moodle-grades-{SET01}.csv"]
 
 
 @dataclass
@@ -81,9 +92,13 @@ def hub_class():
     roster = state / "roster.csv"
     roster.write_text("student_id,name\n" + "".join(f"{s},Test {s.split('-')[1].title()}\n" for s in STUDENTS))
     the_class = None
+    made = [ROOT / name for name in LMS_FILES if not (ROOT / name).exists()]
+    for path in made:
+        path.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Set 01\nTest Right,trhub-right,,,,7\n")
+        path.chmod(0o644)
     started = time.perf_counter()
     try:
-        data = hub.setup(roster, [INSTRUCTOR], state, state / "home", sets=[SET01])
+        data = hub.setup(roster, [INSTRUCTOR], state, state / "home", sets=[SET01], limits=LIMITS)
         setup_seconds = time.perf_counter() - started
         running = hub.launch(state, free_port(), free_port(), free_port(), state / "hub.log",
                              env={"TR_HUB_TEST_PASSWORD": STUDENT_PASSWORD,
@@ -95,9 +110,12 @@ def hub_class():
         if the_class is not None:  # the hub running now (a test may have restarted it)
             hub.stop(the_class.running)
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            shutil.copy(the_class.running.log, ARTIFACTS / "hub.log")
+            if the_class.running.log.exists():  # the last test removes the class
+                shutil.copy(the_class.running.log, ARTIFACTS / "hub.log")
         hub.teardown(state)
         shutil.rmtree(state, ignore_errors=True)
+        for path in made:
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +272,25 @@ class Cycle:
     seen_scores: dict[str, tuple[float, float]]  # student -> (score, max) read in their feedback
     grade_output: str
     seconds: float
+    attacks: dict[str, tuple[int, str]]  # what the hostile student tried at the exchange -> (exit code, output)
+    collect_output: str
+
+
+def attack_the_exchange(page, exchange: Path) -> dict[str, tuple[int, str]]:
+    """As a hostile student, in their terminal: a hand-in under another student's name, dated
+    tomorrow so that it would be the newest (the released set copied, unanswered); an entry
+    whose time does not parse (it stopped nbgrader's Collect for the whole class); and new or
+    renamed entries at the exchange's top level. Also a file left in each shared folder."""
+    course = exchange / hub.COURSE_ID
+    tomorrow = time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime(time.time() + 86400))
+    attacks = {
+        "forge another's hand-in": f"cp -r {course}/outbound/{SET01} '{course}/inbound/trhub-right+{SET01}+{tomorrow}+x'",
+        "hand in a name that does not parse": f"cp -r {course}/outbound/{SET01} '{course}/inbound/zz+{SET01}+not-a-time+x'",
+        "create at the exchange's top": f"mkdir {exchange}/{hub.COURSE_ID}-2",
+        "rename at the exchange's top": f"mv {course} {exchange}/elsewhere",
+        "leave files in /tmp, /var/tmp, /dev/shm": "for d in /tmp /var/tmp /dev/shm; do echo x > $d/trhub-left-behind; done",
+    }
+    return {what: in_terminal(page, command) for what, command in attacks.items()}
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +304,7 @@ def cycle(hub_class, browser) -> Cycle:
     for student, own in STUDENTS.items():
         pages[student] = page = log_in(browser, url, student, STUDENT_PASSWORD)
         fetch_answer_submit(page, student, own)
+    attacks = attack_the_exchange(pages[HOG], Path(hub_class.data["exchange"]))
     text = formgrader_button(prof, url, INSTRUCTOR, "collect")
     assert "Successfully collected" in text, text
     course = hub_class.data["course"]
@@ -283,23 +321,22 @@ def cycle(hub_class, browser) -> Cycle:
         submitted.get_by_text("(view feedback)").first.wait_for(timeout=60_000)
         if student == "trhub-right":
             page.screenshot(path=str(ARTIFACTS / "student-feedback-fetched.png"), clip=TOP)
-        # The feedback lands in ~/<set>/feedback/<time handed in>/<set>.html: opened as a page.
-        folder = page.request.get(f"{url}/user/{student}/api/contents/{SET01}/feedback").json()
-        (handed_in,) = [entry["path"] for entry in folder["content"] if entry["type"] == "directory"]
-        page.goto(f"{url}/user/{student}/files/{handed_in}/{SET01}.html")
-        header = page.locator("body").inner_text()
+        # The feedback lands in ~/<set>/feedback/<time handed in>/<set>.html: "(view feedback)"
+        # opens it in a JupyterLab tab (hub/jupyter's addition; nbgrader alone shows the folder).
+        submitted.get_by_text("(view feedback)").first.click()
+        page.locator(".lm-TabBar-tab", has_text=f"{SET01}.html").wait_for(timeout=30_000)
+        body = page.frame_locator(".jp-MainAreaWidget:visible iframe").locator("body")
+        body.get_by_text("Score:").first.wait_for(timeout=30_000)
+        header = body.inner_text()
         score = re.search(r"Score: ([\d.]+) / ([\d.]+)", header)
         assert score, header[:500]
         seen[student] = (float(score.group(1)), float(score.group(2)))
         page.screenshot(path=str(ARTIFACTS / f"feedback-{student}.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 560})
-        # Back to JupyterLab: the feedback page is sandboxed (no scripts, no cookies).
-        page.goto(f"{url}/user/{student}/lab")
-        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").wait_for(timeout=60_000)
     seconds = time.perf_counter() - started
     print(f"hub cycle: setup {hub_class.seconds['setup']:.0f} s, start {hub_class.seconds['start']:.0f} s, "
           f"release, 3 students fetch/answer/submit, collect, grade, feedback: {seconds:.0f} s; scores {seen}")
     (ARTIFACTS / "cycle.json").write_text(json.dumps({"seconds": seconds, **hub_class.seconds, "scores": seen}))
-    return Cycle(pages, seen, grade_output, seconds)
+    return Cycle(pages, seen, grade_output, seconds, attacks, text)
 
 
 def gradebook_scores(gradebook: Path, student: str) -> dict[str, float]:
@@ -363,12 +400,307 @@ def test_a_student_cannot_read_another_submission_the_course_the_gradebook_or_so
             "read the instructor's source": f"cat {course}/solutions/{SET01}/{SET01}.ipynb",
             "read the checkout's solutions": f"cat {checkout_solution}",
             "enter another student's home": f"ls {Path(hub_class.data['homes']) / other}",
+            **{f"read the checkout's {name}": f"cat {ROOT / name}" for name in LMS_FILES},
         }
         for what, command in checks.items():
             code, out = in_terminal(page, command)
             assert code != 0 and "BEGIN SOLUTION" not in out and "SQLite" not in out, (student, what, out)
         code, out = in_terminal(page, f"id -un; ls ~/{SET01}")
         assert code == 0 and student in out and f"{SET01}.ipynb" in out, out  # the terminal works at all
+
+
+def test_a_forged_or_malformed_hand_in_is_refused_listed_and_changes_no_grade(hub_class, cycle):
+    """The two hand-ins the hostile student wrote into inbound are refused by Collect, which
+    collected everyone else; the victim keeps their own hand-in (full marks: the test above)."""
+    attacks = cycle.attacks
+    assert attacks["forge another's hand-in"][0] == 0, attacks  # inbound takes it: Collect must refuse it
+    assert attacks["hand in a name that does not parse"][0] == 0, attacks
+    assert attacks["create at the exchange's top"][0] != 0, attacks
+    assert attacks["rename at the exchange's top"][0] != 0, attacks
+    assert "Refused trhub-right+" in cycle.collect_output and "was made by trhub-cheat" in cycle.collect_output, \
+        cycle.collect_output
+    assert f"Refused zz+{SET01}+not-a-time+x: its time 'not-a-time' is not a time" in cycle.collect_output
+    course = Path(hub_class.data["course"])
+    import csv
+
+    with open(course / "refused-submissions.csv") as handle:
+        refused = {row["claimed student"]: row for row in csv.DictReader(handle)}
+    assert set(refused) == {"trhub-right", "zz"}, refused
+    assert refused["trhub-right"]["entry"].startswith(f"trhub-right+{SET01}+"), refused
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == sorted(STUDENTS)
+    handed_in = (course / "submitted" / "trhub-right" / SET01 / "timestamp.txt").read_text()
+    assert handed_in not in refused["trhub-right"]["entry"], handed_in  # their own hand-in, not the forged one
+    assert sorted(p.name for p in Path(hub_class.data["exchange"]).iterdir()) == [hub.COURSE_ID]
+
+
+def test_collect_takes_each_hand_in_from_its_author_only(tmp_path):
+    """grading/exchange.py's Collect on an inbound folder written as the hub's students would
+    (as root, files given to the machine's users `nobody` and `daemon`): only the entry owned by
+    the student its name claims is collected; each other one is refused with its reason, listed,
+    and stops nothing."""
+    import pwd
+
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    from grading.exchange import REFUSED_FILE, Collect
+
+    nobody, daemon = pwd.getpwnam("nobody"), pwd.getpwnam("daemon")
+    inbound = tmp_path / "exchange" / "course" / "inbound"
+    inbound.mkdir(parents=True)
+
+    def hand_in(name: str, owner=nobody, notebook: bool = True) -> Path:
+        folder = inbound / name
+        folder.mkdir()
+        if notebook:
+            (folder / f"{SET01}.ipynb").write_text("{}")
+            (folder / "timestamp.txt").write_text(name.split("+")[2] if name.count("+") == 3 else "")
+        for path in [folder, *folder.iterdir()]:
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+        return folder
+
+    now = "2026-11-26 10:00:00.000000 UTC"
+    hand_in(f"nobody+{SET01}+{now}+a")  # nobody's own: collected
+    hand_in(f"daemon+{SET01}+2099-01-01 00:00:00.000000 UTC+b")  # made by nobody, claims daemon
+    hand_in(f"zz+{SET01}+not-a-time+c")  # a time that does not parse
+    hand_in(f"ghost+{SET01}+{now}+d")  # no such user
+    hand_in(f"nobody+{SET01}+{now}")  # three parts
+    linked = hand_in(f"daemon+{SET01}+{now}+e", owner=daemon, notebook=False)
+    os.symlink("/etc/shadow", linked / "notes.txt")  # the grader's copy would follow it
+    os.lchown(linked / "notes.txt", daemon.pw_uid, daemon.pw_gid)
+    hand_in(f"daemon+other_set+{now}+f", owner=nobody)  # another set's: not looked at
+    big = hand_in(f"daemon+{SET01}+{now}+g", owner=daemon)  # daemon's own, but over the size limit
+    (big / "data.bin").write_bytes(b"x" * 200_000)
+    os.chown(big / "data.bin", daemon.pw_uid, daemon.pw_gid)
+    course = tmp_path / "course"
+    course.mkdir()
+    config = Config()
+    config.Exchange.root = str(tmp_path / "exchange")
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.course_id = "course"
+    config.CourseDirectory.assignment_id = SET01
+    config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.CourseDirectory.max_dir_size = 100  # kB: the copy of daemon's hand-in fails
+    coursedir = CourseDirectory(config=config)
+    collect = Collect(coursedir=coursedir, authenticator=None, config=config)
+    collect.start()
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == ["nobody"]
+    assert (course / "submitted" / "nobody" / SET01 / "timestamp.txt").read_text() == now
+    import csv
+
+    with open(course / REFUSED_FILE) as handle:
+        reasons = {row["entry"].split("+")[0] + "+" + row["entry"].rsplit("+", 1)[-1]: row["reason"]
+                   for row in csv.DictReader(handle)}
+    assert reasons == {
+        "daemon+b": "its name claims daemon, but it was made by nobody",
+        "zz+c": "its time 'not-a-time' is not a time",
+        "ghost+d": "its name claims 'ghost', who is no user of this machine",
+        f"nobody+{now}": "its name is not <student>+<set>+<time>+<random>",
+        "daemon+e": "notes.txt is not a plain file or folder",
+        "daemon+g": "copying it failed: Directory size is too big. Size is 200032, maximum size is 100000",
+    }, reasons
+    assert stat.S_IMODE((course / REFUSED_FILE).stat().st_mode) == 0o600
+    # A file of a checked hand-in swapped for a link before the copy: copied as a link, refused.
+    (inbound / f"nobody+{SET01}+{now}+a" / f"{SET01}.ipynb").unlink()
+    os.symlink(course / "gradebook.db", inbound / f"nobody+{SET01}+{now}+a" / f"{SET01}.ipynb")
+    collect.do_copy(str(inbound / f"nobody+{SET01}+{now}+a"), str(tmp_path / "copy" / "nobody"))
+    assert not (tmp_path / "copy").exists()
+    assert collect.refused[-1]["reason"] == (f"copying it failed: {SET01}.ipynb became a link or a special file "
+                                             "while it was collected"), collect.refused[-1]
+
+
+def test_the_instructor_has_one_formgrader_entry_and_it_opens(hub_class, cycle):
+    """Nbgrader > Formgrader shows the formgrader framed in JupyterLab; no second entry."""
+    page = cycle.pages["prof"]
+    page.goto(f"{hub_class.url}/user/{INSTRUCTOR}/lab")
+    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    entries = page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel", has_text="Formgrader")
+    entries.first.wait_for()
+    assert entries.all_inner_texts() == ["Formgrader"], entries.all_inner_texts()
+    entries.first.click()
+    frame = page.frame_locator("iframe[src*='formgrader']")
+    frame.get_by_text(SET01).first.wait_for(timeout=30_000)  # the set's row in Manage Assignments
+    page.screenshot(path=str(ARTIFACTS / "formgrader-in-lab.png"), clip=TOP)
+    page.keyboard.press("Escape")
+
+
+# --- One student tries to take the machine; two others work.
+
+def filling(path: str) -> str:
+    """A cell that writes to `path` until the disk says no (then removes what it wrote)."""
+    return (f"import os\npath = os.path.expanduser({path!r})\ntry:\n    with open(path, 'wb') as f:\n"
+            "        while True:\n            f.write(b'x' * 2**20); f.flush()\nfinally:\n    os.remove(path)")
+
+
+# What the hostile student runs, in this order, while the two others move their sliders.
+HOG_CELLS = {
+    "nothing yet": "import time\ntime.sleep(3)",  # the others' round trip on this machine as it is now
+    # Every core busy, for the whole test (stopped at the end by pid); alone for a few seconds.
+    "cpu": "import os, subprocess, sys, time\n"
+           "spinners = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(os.cpu_count())]\n"
+           "time.sleep(4)\nprint('spinning', [p.pid for p in spinners])",
+    "memory at once": "import torch\nhuge = torch.ones(2**31)",  # 8 GiB in one tensor
+    # 3 processes of 450 MB each: more than the group may hold, so the kernel (Linux's) kills one
+    # of them, each first asking to be the one killed rather than the notebook's kernel.
+    "memory in processes": "eaters = [subprocess.Popen([sys.executable, '-c', "
+                           "'open(\"/proc/self/oom_score_adj\", \"w\").write(\"1000\"); import time; "
+                           "x = b\"x\" * (450 * 2**20); time.sleep(3)']) for _ in range(3)]\n"
+                           "print('exit codes', [p.wait() for p in eaters])",
+    "memory bit by bit": "blocks = []\ntry:\n    while True:\n        blocks.append(b'x' * (32 * 2**20))\n"
+                         "finally:\n    del blocks",
+    "processes": "sleepers = []\ntry:\n    while True:\n        sleepers.append(subprocess.Popen(['sleep', '120']))\n"
+                 "finally:\n    for p in sleepers:\n        p.kill(); p.wait()\n    del sleepers",
+    "home": filling("~/fill"),
+    "tmp": filling("/tmp/fill"),
+    "shm": filling("/dev/shm/fill"),
+}
+# What the notebook must say when each limit is hit.
+NOTICES = {"memory at once": "class's memory limit: 1.0 GiB",
+           "processes": "limit on processes: 200",
+           **{what: f"The disk is full: this reached the class's limit on your {name}. Delete"
+              for what, name in [("home", "home folder (128 MiB)"), ("tmp", "/tmp (96 MiB)"),
+                                 ("shm", "/dev/shm (64 MiB)")]}}
+
+
+async def run_cell(student, code: str, timeout: float = 120) -> tuple[str, str]:
+    """Run `code` in the student's kernel: (what it printed, its error's name or "")."""
+    channel = student.channel
+    msg = channel.message("execute_request", {"code": code, "silent": False, "store_history": True,
+                                              "allow_stdin": False})
+    await student.connection.write_message(json.dumps(msg))
+    printed, error = "", ""
+    async with asyncio.timeout(timeout):
+        while True:
+            raw = await student.connection.read_message()
+            if raw is None:
+                return printed, "the kernel's websocket closed"
+            incoming = json.loads(raw)
+            kind, content = incoming["header"]["msg_type"], incoming["content"]
+            if kind == "status" and content["execution_state"] in ("restarting", "dead"):
+                return printed, "the kernel died"  # said by the server, not in reply to the cell
+            if incoming["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            if kind == "stream":
+                printed += content["text"]
+            elif kind == "error":
+                error = content["ename"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                return printed, error
+
+
+def run_async(coroutine):
+    """asyncio.run in a thread of its own: Playwright's sync API keeps an event loop in this one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
+
+class Stamped(list):
+    """A worker's round trips (ms), each also noted with the moment it ended."""
+
+    def __init__(self):
+        super().__init__()
+        self.ended: list[float] = []
+
+    def append(self, ms: float) -> None:
+        super().append(ms)
+        self.ended.append(time.perf_counter())
+
+
+async def hog_and_work(url: str, token: str) -> dict:
+    """The hog runs HOG_CELLS one after another while the workers move lesson 01's slider, 150 ms
+    apart, until the hog is done; round trips are counted per hog cell running when they began."""
+    import hub_sizing
+    from student_sim import Student, code_cells
+
+    for user in (HOG, *WORKERS):  # their servers, started by their logins, or now
+        if not (await hub_sizing.api(url, token, "GET", f"users/{user}"))["servers"]:
+            await hub_sizing.start_server(url, token, user)
+    tokens = {u: await hub_sizing.student_token(url, token, u) for u in (HOG, *WORKERS)}
+    students = {u: Student(u, f"{url}user/{u}/", tokens[u]) for u in tokens}
+    await asyncio.gather(*(s.start() for s in students.values()))
+    await asyncio.gather(*(students[w].run_lesson(code_cells()) for w in WORKERS))
+    for w in WORKERS:
+        students[w].run.round_trips_ms = Stamped()
+    hog, said, phases = students[HOG], {}, []
+    done = asyncio.Event()
+
+    async def hogging() -> None:
+        for what, code in HOG_CELLS.items():
+            began = time.perf_counter()
+            said[what] = await run_cell(hog, code)
+            phases.append((what, began, time.perf_counter()))
+        done.set()
+
+    async def working(worker: Student) -> None:
+        while not done.is_set():
+            await worker.move_slider(5, 0.15)
+
+    started = time.perf_counter()
+    await asyncio.gather(hogging(), *(working(students[w]) for w in WORKERS))
+    seconds = time.perf_counter() - started
+    survived = {w: await run_cell(students[w], "print(6 * 7)") for w in WORKERS}
+    trips = [(ms, ended - ms / 1000) for w in WORKERS
+             for ms, ended in zip(students[w].run.round_trips_ms, students[w].run.round_trips_ms.ended)]
+    per_phase = {}
+    for what, began, ended in phases:
+        during = [ms for ms, sent in trips if began <= sent < ended]
+        if during:
+            per_phase[what] = {"n": len(during), "seconds": round(ended - began, 1),
+                               "p95_ms": round(hub_sizing.percentile(during, 95), 1), "max_ms": round(max(during), 1)}
+    # Memory kills are told by the hog's next kernel, at its first cell.
+    after = Student(HOG, f"{url}user/{HOG}/", tokens[HOG])
+    await after.start()
+    said["next kernel"] = await run_cell(after, "print('back')")
+    for student in (*students.values(), after):
+        with contextlib.suppress(Exception):
+            await student.stop()
+    all_ms = [ms for ms, _ in trips]
+    return {"said": said, "survived": survived, "seconds": seconds, "n": len(all_ms), "per_phase": per_phase,
+            "p50_ms": hub_sizing.percentile(all_ms, 50), "p95_ms": hub_sizing.percentile(all_ms, 95),
+            "max_ms": max(all_ms)}
+
+
+def test_one_student_exhausting_every_limit_leaves_the_others_fast_and_alive(hub_class, capsys):
+    """The hostile student's kernel spins on every core, asks for 8 GiB at once, for 1.35 GB in
+    three processes, and for memory bit by bit, starts processes until refused, and fills its
+    home, /tmp and /dev/shm, while two others move lesson 01's slider, 150 ms apart, all along:
+    their round trip's p95 stays under 100 ms (the issue's bound; 48 ms is this machine's floor)
+    and their kernels live. Each limit the hog hits is named in its notebook."""
+    import hub_sizing
+    from grading.cgroup import Group
+
+    url = hub_class.url + "/"
+    token = run_async(hub_sizing.admin_token(url, INSTRUCTOR, INSTRUCTOR_PASSWORD))
+    try:
+        result = run_async(hog_and_work(url, token))
+    finally:
+        group = Group.find(hub.group_name(HOG))
+        for pid in group.pids():  # the spinners (and anything else the hog left), by pid
+            if b"while True: pass" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, 9)
+    said = result["said"]
+    (ARTIFACTS / "limits.json").write_text(json.dumps(result, indent=1))
+    with capsys.disabled():
+        print(f"\nhog on every limit, 2 others moving a slider: p50 {result['p50_ms']:.1f} ms, "
+              f"p95 {result['p95_ms']:.1f} ms, max {result['max_ms']:.1f} ms over {result['n']} round trips "
+              f"in {result['seconds']:.0f} s; hog's group hit {group.limits_hit()}")
+    assert "spinning" in said["cpu"][0], said["cpu"]
+    for what, notice in NOTICES.items():
+        printed, error = said[what]
+        assert error and notice in printed, (what, said[what])
+    assert "-9" in said["memory in processes"][0], said["memory in processes"]  # one was killed
+    # Bit by bit: the kernel's own allowance says no, or the group's limit kills the kernel.
+    printed, error = said["memory bit by bit"]
+    assert (error == "MemoryError" and NOTICES["memory at once"] in printed) or error == "the kernel died", printed
+    # The kills are told at the next kernel's first cell.
+    assert "was stopped: it reached the class's memory limit (1.0 GiB" in said["next kernel"][0], said["next kernel"]
+    assert set(group.limits_hit()) == {"memory", "processes"}, group.limits_hit()
+    for worker in WORKERS:
+        assert result["survived"][worker] == ("42\n", ""), (worker, result["survived"][worker])
+        assert Group.find(hub.group_name(worker)).limits_hit() == [], worker
+    # The issue's bound. (On a machine that other work keeps busy, the round trip before the hog
+    # starts, in per_phase["nothing yet"], says how much of it is the machine's own.)
+    assert result["n"] >= 80 and result["p95_ms"] < 100, {k: v for k, v in result.items() if k != "said"}
 
 
 def test_a_students_login_or_token_does_not_open_another_students_server(hub_class, cycle):
@@ -462,3 +794,27 @@ def test_real_authentication_takes_each_users_own_password_and_only_the_class(hu
             page.context.close()
     finally:
         subprocess.run(["userdel", outsider], check=True)
+
+
+def test_teardown_leaves_no_file_of_the_class_users(hub_class):
+    """Last: it ends the class. What the hostile student wrote to /tmp, /var/tmp and /dev/shm in
+    their server was in that server's own tmpfs, gone with it; files each student leaves there
+    as their unix user outside the hub (a uid the next class's user may be given) go at teardown."""
+    import pwd
+
+    uids = {pwd.getpwnam(s).pw_uid for s in STUDENTS}
+    hub.stop(hub_class.running)
+    for place in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not Path(place, "trhub-left-behind").exists(), place
+    for student in STUDENTS:
+        leave = (f"for d in {' '.join(map(str, hub.SHARED_WRITABLE))}; do echo x > $d/trhub-{student}; "
+                 f"mkdir $d/trhub-{student}-dir && echo x > $d/trhub-{student}-dir/f; done")
+        subprocess.run(["setpriv", f"--reuid={student}", f"--regid={student}", "--init-groups", "sh", "-c", leave],
+                       check=True, cwd="/")
+    hub.teardown(hub_class.state)
+    left = []
+    for place in hub.SHARED_WRITABLE:
+        for folder, folders, files in os.walk(place):
+            left += [os.path.join(folder, name) for name in folders + files
+                     if os.lstat(os.path.join(folder, name)).st_uid in uids]
+    assert left == [], left
