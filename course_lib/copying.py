@@ -19,12 +19,13 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from .attention_scores import Attention, attention_scores, scaled_dot_product_attention
+from .attention import Attention
+from .attention_scores import attention_scores, scaled_dot_product_attention
 from .guards import (require_count, require_float, require_float_dtype, require_index, require_instance,
                      require_integer, require_number, require_same_shape)
 from .masks import causal_mask
-from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
-from .training import train
+from .model import DecoderOnly, ModelConfig, require_ids
+from .training import IGNORE, train, train_tiny_model
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
 BOS = 0  # the induction data's first token: it never appears again, so nothing copies it
@@ -461,28 +462,29 @@ def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
 
 @torch.no_grad()
 def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = "") -> Tensor:
-    """Layer 2's attention weights (B, T, T) for ids (B, T), with one input of it cut off.
+    """Layer 2's attention weights (B, [H,] T, T) for ids (B, T), with one input of it cut off.
 
     embedding_only = "key" computes layer 2's keys from the embedding (tokens + positions)
-    alone, without layer 1's output, its queries and values from the full residual stream: the
+    alone, without layer 1's output, its queries from the full residual stream: the
     K-composition test (Elhage et al. 2021). "query" does the same to the queries; "" changes
-    nothing. Needs a two-layer DecoderOnly with a residual stream and learned positions.
+    nothing. Needs a DecoderOnly with 2 layers or more and a residual stream. Layer 2 runs its own
+    attention (heads, rotation, score bias, pre-LN norm) on the two inputs.
     """
     if not isinstance(model, DecoderOnly) or len(model.layers) < 2 or not model.config.residual:
         raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual stream")
     if embedding_only not in ("", "key", "query"):
         raise ValueError(f"embedding_only must be '', 'key' or 'query', got {embedding_only!r}")
-    require_integer("ids", ids, 2, 2)
-    T = ids.shape[-1]
-    mask = causal_mask(T) if model.config.causal else None
-    embedded = model.positions.add(model.tokens(ids))  # (B, T, D): what layer 1 reads
-    residual = model.layers[0](embedded, mask, bias=model.positions.score_bias(T), rotate=model.positions.rotate)[0]
-    head = model.layers[1].attention
-    q = head.query(embedded if embedding_only == "query" else residual)  # (B, T, D)
-    k = head.key(embedded if embedding_only == "key" else residual)
-    _, weights = scaled_dot_product_attention(q, k, head.value(residual), mask,
-                                              bias=model.positions.score_bias(T))
-    return weights
+    T, first, second = require_ids(ids, model.config), model.layers[0], model.layers[1]
+    mask, bias = causal_mask(T) if model.config.causal else None, model.positions.score_bias(T)  # (T, T)
+    embedded = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, T, D): layer 1 reads it
+    residual = first(embedded, mask, bias=bias, rotate=model.positions.rotate)[0]  # (B, T, D)
+    queries_from = embedded if embedding_only == "query" else residual
+    keys_from = embedded if embedding_only == "key" else residual
+    # Layer 2 as cross-attention from queries_from to keys_from: the weights need no values
+    _, weights = second.attention.attend(second.before(second.attention_norm, queries_from),
+                                         second.before(second.attention_norm, keys_from), mask, bias,
+                                         model.positions.rotate)
+    return weights  # (B, [H,] T, T)
 
 
 def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:

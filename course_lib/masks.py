@@ -1,13 +1,13 @@
 """Lesson 02: masks, and the three places a Transformer uses attention.
 
-Dimension names as in course_lib.attention_scores: B batch, T query positions, S key/value
+Dimension names as in course_lib/__init__.py: B batch, T query positions, S key/value
 positions, D model width, d_k, d_v. In a translation model the source has n tokens and
 the target m tokens; cross-attention's score matrix is (m, n).
 
 Boolean masks: True = this query may attend to this key (torch.nn.functional's
 scaled_dot_product_attention uses the same convention). torch.nn.MultiheadAttention's
 boolean `attn_mask` and `key_padding_mask` use the opposite one, True = NOT allowed:
-`course_lib.model.to_torch_mha_mask` converts, beside `to_torch`, which builds torch's layer.
+`course_lib.torch_copy.to_torch_mha_mask` converts, beside `to_torch`, which builds torch's layer.
 Additive masks are float: 0 where allowed, -inf where not, added to the scores before the softmax.
 What a score costs and whether a layer is causal are measured in course_lib.measure.
 
@@ -22,7 +22,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Attention, softmax
+from .attention import Attention
+from .attention_scores import softmax
 from .guards import (broadcast_shape, require_choice, require_count, require_float, require_float_dtype,
                      require_instance, require_integer, require_mask, require_number, require_same_shape,
                      require_width)
@@ -87,7 +88,7 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 
 # ------------------------------------------------------------------ one attention layer, three uses
-# The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
+# The layer is course_lib.attention's `Attention`; a float (additive) mask goes in as its `bias=`.
 
 
 def _lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
@@ -106,7 +107,7 @@ def encoder_self_attention(layer: Attention, source: Tensor,
 
     source: (B, n, D) -> output (B, n, D), weights (B, n, n).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_float("source", source, 3, 3)
     mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(source, mask=mask)
@@ -118,7 +119,7 @@ def decoder_self_attention(layer: Attention, target: Tensor,
 
     target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_float("target", target, 3, 3)
     mask = causal_mask(target.shape[1])  # (m, m)
     if target_lengths is not None:
@@ -132,7 +133,7 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
 
     target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_float("target", target, 3, 3)
     require_float("source", source, 3, 3)
     if target.shape[0] != source.shape[0]:

@@ -9,7 +9,11 @@ Causality, three probes of a function of a sequence x: (T, D): `future_perturbat
 future, watch the past), `influence_matrix` (gradient norms) and `prefix_outputs` (run each
 prefix alone).
 
-It sits on lesson 02's floor, above masks.py (whose AdditiveScorer it counts).
+What a causal mask is for, measured by training: `train_next_token` trains the course's model
+with and without it and compares teacher forcing with generation.
+
+It sits on lesson 02's floor, above masks.py (whose AdditiveScorer it counts) and model.py (which
+it trains).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .guards import require_choice, require_count, require_float, require_instance
 from .masks import AdditiveScorer
+from .model import DecoderOnly, ModelConfig
+from .training import train_tiny_model
 
 # ------------------------------------------------------------------ what a computation costs
 
@@ -160,3 +166,41 @@ def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """
     _require_sequence_fn_input(fn, x)
     return torch.stack([fn(x[: t + 1])[-1] for t in range(x.shape[0])])  # (T, d_out)
+
+
+# ------------------------------------------------------------------ what the causal mask is for
+
+
+def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8, d_model: int = 32,
+                     batch: int = 64, seed: int = 0) -> dict[str, float]:
+    """Train a DecoderOnly model to predict the next token of uniformly random sequences (lesson 02).
+
+    No model can beat a loss of ln(vocab) on such data when it only sees the past. Returns
+    the last training loss and, on fresh sequences, two accuracies: teacher forcing (the
+    whole sequence in view at once, as in training) and generation (position t predicted
+    from the prefix of t+1 tokens alone: the future is not written yet).
+    """
+    require_count("T", T, minimum=2)
+    require_count("batch", batch)
+    # float64: the demo's figures then hardly depend on the CPU's kernels or the thread count.
+    model = DecoderOnly(ModelConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
+    model = model.to(torch.float64)
+
+    def next_token_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        ids = torch.randint(vocab, (batch, T + 1), generator=generator)
+        return ids[:, :-1], ids[:, 1:]  # inputs, and the token after each of them
+
+    losses = train_tiny_model(model, next_token_batch, steps, seed=seed)
+    with torch.no_grad():
+        ids = torch.randint(vocab, (256, T + 1), generator=torch.Generator().manual_seed(seed + 1))
+        seen_whole = (model(ids[:, :-1]).argmax(-1) == ids[:, 1:]).float().mean().item()
+        generated = torch.stack([model(ids[:, : t + 1])[:, -1].argmax(-1) for t in range(T)], dim=1)  # (256, T)
+        generation = (generated == ids[:, 1:]).float().mean().item()
+    return {"train_loss": losses[-1], "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
+
+
+def next_token_run(run: tuple[bool, int], steps: int = 100) -> dict[str, float]:
+    """train_next_token(causal, steps, seed=seed) for run = (causal, seed): one item for
+    training.run_each, which trains several runs at once in other processes (lesson 02)."""
+    causal, seed = run
+    return train_next_token(causal, steps, seed=seed)

@@ -162,7 +162,7 @@ def random_block(D: int, d_ff: int, generator: torch.Generator | None = None,
         block = Block(config).to(dtype).requires_grad_(False)
     for name, p in block.named_parameters():
         noise = torch.randn(p.shape, generator=generator, dtype=dtype)
-        if name.startswith("norms."):
+        if name.split(".")[0].endswith("_norm"):  # attention_norm, ffn_norm
             p.copy_(noise * 0.1 + (1.0 if name.endswith("weight") else 0.0))
         elif name.endswith("bias"):
             p.copy_(noise * 0.5)
@@ -186,8 +186,8 @@ class ResPostBlock(Block):
     """x = x + LN(f(x)): each sublayer's output is normalized, the residual stream never is. The
     layout the lesson's source post gives (Swin v2 calls it res-post-norm); made by res_post."""
 
-    def after(self, i: int, x: Tensor, out: Tensor) -> Tensor:
-        return x + self.norms[i](out)
+    def after(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+        return x + norm(out)
 
 
 class TokenNorm(nn.LayerNorm):
@@ -207,8 +207,9 @@ def res_post(block: Block) -> ResPostBlock:
 def with_token_norms(block: Block) -> Block:
     """A copy of `block` whose norms take their statistics over every token (TokenNorm)."""
     variant = copy.deepcopy(block)
-    for norm in variant.norms:
-        norm.__class__ = TokenNorm  # same gain and shift; only the statistics differ
+    for norm in (variant.attention_norm, variant.cross_norm, variant.ffn_norm):
+        if norm is not None:
+            norm.__class__ = TokenNorm  # same gain and shift; only the statistics differ
     return variant
 
 

@@ -27,9 +27,8 @@ from torch import Tensor, nn
 
 from .guards import (require_choice, require_count, require_float, require_float_dtype, require_index,
                      require_integer, require_number, require_same_shape, require_width)
-from .model import (IGNORE, DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits,
-                    train_tiny_model)
-from .training import run_each
+from .model import DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits
+from .training import IGNORE, run_each, train_tiny_model
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
 LearnedPositionalEmbedding = LearnedPositions  # the learned table is lesson 02's, under its usual name

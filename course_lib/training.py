@@ -331,3 +331,28 @@ def _run_reporting(job: Callable[[Item], Result], index: int, item: Item) -> Res
 
     with _reporting_to(None if sink is None else report):
         return job(item)
+
+
+# ------------------------------------------------------------------ training a model of token ids
+
+IGNORE = -100  # a target that no loss is taken on (F.cross_entropy's ignore_index)
+
+
+def train_tiny_model(model: nn.Module, make_batch: Callable[[torch.Generator], tuple[Tensor, Tensor]],
+                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool | str = False) -> list[float]:
+    """Train `model` (ids (B, T) -> logits (B, T, V), as course_lib.model's DecoderOnly) in place on
+    batches from make_batch(generator) -> (ids (B, T), targets (B, T)).
+
+    The loss is the cross-entropy of the model's logits at every position whose target is not
+    IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
+    in `train` (True, or the task's name for the bar).
+    """
+    generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
+
+    def loss_of_step(_: int) -> Tensor:
+        ids, targets = make_batch(generator)
+        logits = model(ids)  # (B, T, V)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           ignore_index=IGNORE)
+
+    return train(loss_of_step, model.parameters(), steps, lr, progress=progress)

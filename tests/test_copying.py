@@ -19,7 +19,9 @@ from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, 
                              train_induction_model, unnormalised_attention, unnormalised_copy_fit,
                              weight_on_source)
 from course_lib.masks import causal_mask
-from course_lib.model import IGNORE
+from course_lib.model import DecoderOnly, ModelConfig
+from course_lib.positional_encoding import RotaryPositions
+from course_lib.training import IGNORE
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -277,6 +279,28 @@ def test_second_layer_weights_cut_off_layer_1():
         second_layer_weights(model, ids, "value")
     with pytest.raises(ValueError, match="2 layers"):
         second_layer_weights(hand_set_copy_model(token_codes(4, 4), 5, 1), ids[:, :5] % 4)
+
+
+@pytest.mark.parametrize("n_heads, norm", [(None, "none"), (2, "pre"), (4, "post")])
+def test_second_layer_weights_runs_layer_2s_own_attention(n_heads, norm):
+    """Heads, RoPE's rotation and pre-LN were ignored by a second copy of the attention: now the
+    uncut weights are the model's own, and cutting an input that equals the residual changes nothing."""
+    config = ModelConfig(vocab_size=7, max_len=9, d_model=8, n_heads=n_heads, norm=norm, n_decoder_layers=2,
+                         d_ff=8 if norm != "none" else 0, seed=3)
+    model = DecoderOnly(config, RotaryPositions()).double()
+    ids = torch.randint(7, (3, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(ids)
+        torch.testing.assert_close(second_layer_weights(model, ids), model.layer_weights[1], atol=1e-12, rtol=0)
+        cut = second_layer_weights(model, ids, "key")
+        assert cut.shape == model.layer_weights[1].shape and (cut - model.layer_weights[1]).abs().max() > 1e-3
+        silent = DecoderOnly(ModelConfig(**{**config.__dict__, "norm": "none", "d_ff": 0}), RotaryPositions()).double()
+        silent.layers[0].attention.out.weight.zero_()  # layer 1 adds nothing: its output is its input
+        silent.layers[0].attention.out.bias.zero_()
+        silent(ids)
+        for cut_off in ("", "key", "query"):
+            torch.testing.assert_close(second_layer_weights(silent, ids, cut_off), silent.layer_weights[1],
+                                       atol=1e-12, rtol=0)
 
 
 def test_copy_accuracies_is_copy_accuracy_per_batch():

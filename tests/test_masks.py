@@ -10,16 +10,16 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention_scores import scaled_dot_product_attention
-from course_lib.attention_scores import Attention
+from course_lib.attention import Attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
                               additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
                               encoder_self_attention, fit_additive_scorer, matching_layer, padding_mask,
                               toy_embedding, toy_translation_batch)
-from course_lib.measure import (future_perturbation, influence_matrix, operations_per_score, prefix_outputs,
-                                seconds_per_score)
-from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, next_token_run, to_torch,
-                              to_torch_mha_mask, train_next_token, train_tiny_model)
-from course_lib.training import run_each
+from course_lib.measure import (future_perturbation, influence_matrix, next_token_run, operations_per_score,
+                                prefix_outputs, seconds_per_score, train_next_token)
+from course_lib.model import DecoderOnly, LearnedPositions, ModelConfig
+from course_lib.torch_copy import to_torch, to_torch_mha_mask
+from course_lib.training import run_each, train_tiny_model
 from tensors import DTYPES, TOL, random_qkv
 
 
@@ -468,7 +468,7 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 def test_to_multihead_attention_needs_equal_widths():
     with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
         to_torch(Attention(8, d_k=4))
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got Linear"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
         to_torch(torch.nn.Linear(2, 2))
 
 
@@ -552,7 +552,7 @@ def test_additive_scorer_rejects_bad_sizes(d_q, d_k, d_hidden, message):
 
 def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     layer, x = Attention(4), torch.randn(2, 3, 4)
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got AdditiveScorer"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got AdditiveScorer"):
         encoder_self_attention(AdditiveScorer(4, 4, 4), x)
     with pytest.raises(ValueError, match="source_lengths has 3 lengths but the batch has B=2 sequences"):
         encoder_self_attention(layer, x, [1, 2, 3])

@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.attention_scores import Attention, scaled_dot_product_attention
+from course_lib.attention import Attention
+from course_lib.attention_scores import scaled_dot_product_attention
 from course_lib.masks import causal_mask, padding_mask
-from course_lib.model import IGNORE
+from course_lib.training import IGNORE
 from course_lib.multi_head import (
     head_weights, logit_parts, merge_heads, multi_head_model,
     multiply_adds, ov_matrix, qk_matrix, relation_accuracy, relation_attention, relation_logits,

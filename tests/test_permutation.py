@@ -9,7 +9,8 @@ from torch import nn
 
 from course_lib.attention_scores import scaled_dot_product_attention, softmax
 from course_lib.masks import causal_mask
-from course_lib.model import Block, ModelConfig, from_torch
+from course_lib.model import Block, ModelConfig
+from course_lib.torch_copy import from_torch
 from course_lib.permutation import (ResPostBlock, TokenNorm, bias_after_norm, check_permutation, describe_gap,
                                     equivariance_gap, inverse_permutation, linear, match_rows, norm_over_tokens,
                                     permutation_matrix, permute_tokens, random_block, random_permutation, res_post,
@@ -216,7 +217,7 @@ def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     # Written out independently with torch's modules: x + LN(Attn(x)), then x + LN(FFN(x)).
-    a, f, (ln1, ln2) = p.attention, p.ffn, p.norms
+    a, f, (ln1, ln2) = p.attention, p.ffn, (p.attention_norm, p.ffn_norm)
     mha = nn.MultiheadAttention(D, 1, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([a.query.weight, a.key.weight, a.value.weight]))
@@ -277,7 +278,8 @@ def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(
     perm = random_permutation(T, g)
     assert equivariance_gap(lambda t: p(t)[0], x, perm) < 1e-12
     mixing = with_token_norms(p)
-    assert all(isinstance(n, TokenNorm) for n in mixing.norms) and not any(isinstance(n, TokenNorm) for n in p.norms)
+    norms = lambda b: (b.attention_norm, b.ffn_norm)
+    assert all(isinstance(n, TokenNorm) for n in norms(mixing)) and not any(isinstance(n, TokenNorm) for n in norms(p))
     assert (mixing(x)[0] - p(x)[0]).abs().max() > 1e-3  # the norm really changed
     assert equivariance_gap(lambda t: mixing(t)[0], x, perm) < 1e-12
 
