@@ -1,8 +1,5 @@
-"""The course's attention layer: four projections, n_heads heads, and the KV cache.
-
-Lesson 01 writes the attention itself (course_lib.attention_scores); this is that attention with
-learned projections, the layer every model of the course is built from (course_lib.model).
-
+"""The course's attention layer: four projections, n_heads heads, and the KV cache. It runs lesson
+01's one attention path (course_lib.attention_scores); every model of the course is built from it.
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
 
@@ -10,8 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from torch import Tensor, nn
 import torch
+from torch import Tensor, nn
 
 from .attention_scores import _attend, check_mask_and_bias, default_scale
 from .guards import (broadcast_shape, require_bool, require_count, require_float, require_tensor, require_width)

@@ -1,12 +1,8 @@
-"""The course's model, in one file: a config, a feed-forward layer, one block, two models.
-
-Read it top to bottom, as nanoGPT's model.py: the config (every field flat, checked once), the
-position-wise FeedForward, ONE Block (attention, optional cross-attention, optional FFN, each on
-a residual branch with no norm, post-LN or pre-LN), the decoder-only model every lesson from 02
-on trains, and the encoder-decoder model of lesson 09. The attention layer is course_lib.attention,
-the masks lesson 02's, the norms torch's nn.LayerNorm (lesson 05 writes its own). Torch's modules
-with the same weights are in course_lib.torch_copy, the training in course_lib.training.
-
+"""The course's model: a config, a feed-forward layer, one block, two models. Read it top to bottom,
+as nanoGPT's model.py: the flat config, the position-wise FeedForward, ONE Block (attention,
+optional cross-attention, optional FFN, each on a residual branch with no norm, post-LN or pre-LN),
+the decoder-only model every lesson from 02 on trains and lesson 09's encoder-decoder model. The
+attention layer is course_lib.attention's, the masks lesson 02's, the norms torch's nn.LayerNorm.
 Dimension names: see course_lib/__init__.py. S source positions, T target positions.
 """
 
@@ -177,8 +173,7 @@ class EncoderDecoder(nn.Module):
             raise ValueError(f"y {tuple(y.shape)} and memory {tuple(memory.shape)} must have the same batch size B")
         src_mask = require_src_mask(src_mask, memory)
         if caches is not None and (not isinstance(caches, list) or len(caches) != len(self.decoder)):
-            raise ValueError(f"caches must be a list of {len(self.decoder)} (dict, dict) pairs, one per decoder "
-                             f"block, got {type(caches).__name__}")
+            raise ValueError(f"caches must be a list of {len(self.decoder)} (dict, dict) pairs, one per block")
         return self._decode(y, memory, src_mask, caches)
 
     def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
@@ -243,7 +238,7 @@ def keys_mask(src_mask: Tensor | None, n_heads: int | None) -> Tensor | None:
     """(B, S) real-token mask -> the same for every query (and head): (B, 1, S) or (B, 1, 1, S)."""
     if src_mask is None:
         return None
-    return src_mask[:, None] if n_heads is None else src_mask[:, None, None]
+    return src_mask[:, None] if n_heads is None else src_mask[:, None, None]  # (B, 1, S) or (B, 1, 1, S)
 
 
 # ---------------------------------------------------------------- the models' input checks, once
@@ -293,12 +288,11 @@ def require_vectors(name: str, x: Tensor, model: nn.Module) -> Tensor:
 
 
 def require_src_mask(src_mask: Tensor | None, source: Tensor) -> Tensor | None:
-    """src_mask: None, or bool (B, S) or lesson 02's padding_mask (B, 1, S) for source (B, S[, D]);
-    returns it as (B, S)."""
+    """src_mask: None, bool (B, S) or padding_mask's (B, 1, S) for source (B, S[, D]); returns (B, S)."""
     if src_mask is None:
         return None
     if require_mask("src_mask", src_mask, 2, 3).dim() == 3 and src_mask.shape[1] == 1:
-        src_mask = src_mask[:, 0]  # padding_mask's query axis
+        src_mask = src_mask[:, 0]  # (B, 1, S) -> (B, S): padding_mask's query axis goes
     if src_mask.shape != source.shape[:2]:
         raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} must be (B, S) = {tuple(source.shape[:2])} "
                          "(or padding_mask's (B, 1, S)), one entry per source token")
@@ -306,8 +300,7 @@ def require_src_mask(src_mask: Tensor | None, source: Tensor) -> Tensor | None:
 
 
 def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None) -> Tensor | None:
-    """An encoder-decoder's input: src (B, S) and tgt_in (B, T) token ids, src_mask as require_src_mask
-    takes it; returns src_mask as (B, S)."""
+    """src (B, S) and tgt_in (B, T) token ids of one batch, src_mask as require_src_mask; returns (B, S)."""
     require_ids(src, config, "src")
     require_ids(tgt_in, config, "tgt_in")
     if src.shape[0] != tgt_in.shape[0]:

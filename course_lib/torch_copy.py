@@ -92,8 +92,8 @@ def _checked_pairs(mine: nn.Module, theirs: nn.Module) -> Pairs:
 
 def _same(where: str, setting: str, ours: object, torchs: object) -> None:
     if ours != torchs:
-        raise ValueError(f"{where.rstrip('.') or 'the modules'} compute different functions: {setting} is {ours!r} in ours, "
-                         f"{torchs!r} in torch's")
+        raise ValueError(f"cannot copy {where.rstrip('.') or 'the module'}: {setting} is {ours!r} in ours, {torchs!r} in "
+                         "torch's, so the two would compute different functions")
 
 
 def _pairs(mine: nn.Module, theirs: nn.Module, where: str) -> Pairs:

@@ -86,10 +86,10 @@ def test_every_copy_from_a_torch_layer_computes_its_function_or_is_refused(ours,
 MISMATCHES = {  # the silent cases, each refused by name with both values
     "norm placement": (block("post"), torch_layer(norm_first=True), r"norm is 'post' in ours, 'pre' in torch's"),
     "activation": (block(), torch_layer(activation="gelu"), r"the FFN's activation is 'relu' in ours, 'gelu' in torch's"),
-    "heads": (block(), torch_layer(nhead=4), r"attention compute different functions: the number of heads is 2 "
-                                             r"in ours, 4 in torch's"),
-    "eps": (block(), torch_layer(layer_norm_eps=0.1), r"attention_norm compute different functions: LayerNorm's eps "
-                                                      r"is 1e-05 in ours, 0.1 in torch's"),
+    "heads": (block(), torch_layer(nhead=4), r"cannot copy attention: the number of heads is 2 in ours, 4 in "
+                                             r"torch's, so the two would compute different functions"),
+    "eps": (block(), torch_layer(layer_norm_eps=0.1), r"cannot copy attention_norm: LayerNorm's eps is 1e-05 in ours, "
+                                                      r"0.1 in torch's"),
     "d_ff": (block(), torch_layer(dim_feedforward=32), r"ffn.linear1.weight: ours has shape \(16, 8\), torch's \(32, 8\)"),
     "d_model": (block(), nn.TransformerEncoderLayer(16, 2, FF), r"query.weight: ours has shape \(8, 8\), torch's \(16, 16\)"),
     "torch's norms without bias": (block(), torch_layer(bias=False), r"attention.query.bias: ours has this tensor"),
@@ -123,7 +123,7 @@ def test_a_mismatch_in_the_last_norm_leaves_every_earlier_weight_alone():
     theirs = nn.Transformer(D, H, 1, 1, FF, dropout=0.0)
     theirs.decoder.norm.eps = 0.1
     before = {k: v.clone() for k, v in mine.state_dict().items()}
-    with pytest.raises(ValueError, match=r"decoder_norm compute different functions: LayerNorm's eps is 1e-05"):
+    with pytest.raises(ValueError, match=r"cannot copy decoder_norm: LayerNorm's eps is 1e-05"):
         from_torch(mine, theirs)
     assert all(torch.equal(v, before[k]) for k, v in mine.state_dict().items())
 
