@@ -11,7 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import _attend, check_mask_and_bias, default_scale
-from .guards import (broadcast_shape, require_bool, require_count, require_float, require_tensor, require_width)
+from .guards import (broadcast_shape, require_bool, require_count, require_float, require_same_dtype, require_tensor,
+                     require_width)
 
 Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k) -> (q, k), turned by position
 # A KV cache: one layer's kept keys and values {"k": ..., "v": ...}, empty before the first call.
@@ -30,17 +31,14 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Attention with its four projections and n_heads heads (nanoGPT style, no dropout).
-
-    Self-attention: layer(x), x: (..., T, D). Cross-attention: layer(x, memory), memory:
-    (..., S, d_memory): queries from x, keys and values from memory. d_k, d_v: the total query/key
-    and value widths (default D). n_heads=None is one head with weights (..., T, S); n_heads=H
-    gives head h the h-th share of the query, key and value columns, scale 1/sqrt(d_k/H) and
-    weights (..., H, T, S). rotate(q, k) turns queries and keys by position (RoPE); bias is added
-    to the scores (ALiBi, an additive mask). mask and bias broadcast to the weights' shape: with
-    heads, (B, 1, T, S) is one per sequence, (1, H, T, S) one per head, and lesson 02's
-    padding_mask (B, 1, S) is read per sequence. Returns (output (..., T, D), weights).
-    """
+    """Attention with its four projections and n_heads heads (nanoGPT style, no dropout). Self-attention:
+    layer(x), x: (..., T, D); cross-attention: layer(x, memory), memory (..., S, d_memory) giving the keys
+    and values. d_k, d_v: the total query/key and value widths (default D). n_heads=None: one head,
+    weights (..., T, S); n_heads=H: head h takes the h-th share of the columns, scale 1/sqrt(d_k/H),
+    weights (..., H, T, S). rotate(q, k) turns queries and keys by position (RoPE); bias is added to
+    the scores (ALiBi). mask and bias broadcast to the weights: with heads, (B, 1, T, S) is one per
+    sequence, (1, H, T, S) one per head, padding_mask's (B, 1, S) one per sequence.
+    Returns (output (..., T, D), weights)."""
 
     def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
                  d_memory: int | None = None, bias: bool = False, n_heads: int | None = None):
@@ -92,19 +90,15 @@ class Attention(nn.Module):
         layer; returns the mask as the weights read it."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
-        if x.dtype != self.query.weight.dtype:
-            raise TypeError(f"x has dtype {x.dtype} but this layer's weights have dtype {self.query.weight.dtype}: "
-                            f"convert one of them (x.to(...) or layer.to(...))")
         source, source_name = x, "x"
         if memory is not None:
             require_float("memory", memory, min_rank=2)
             require_width("memory", memory, self.d_memory)
-            if memory.dtype != x.dtype:
-                raise TypeError(f"x and memory must share one dtype, got x {x.dtype}, memory {memory.dtype}")
             source, source_name = memory, "memory"
         elif self.d_memory != self.d_model:
-            raise ValueError(f"this layer's keys and values read memory rows of width d_memory={self.d_memory}, "
-                             f"not x's d_model={self.d_model}: pass memory (..., S, {self.d_memory})")
+            raise ValueError(f"memory must be given: this layer's keys and values read rows of width d_memory="
+                             f"{self.d_memory}, not x's d_model={self.d_model}")
+        require_same_dtype(x=x, memory=memory, weights=self.query.weight)  # torch computes in one dtype
         if rotate is not None and not callable(rotate):
             raise TypeError(f"rotate must be a function (q, k) -> (q, k), got {type(rotate).__name__}")
         if source.shape[-2] == 0:
@@ -116,14 +110,14 @@ class Attention(nn.Module):
         if (heads and mask is not None and require_tensor("mask", mask).dim() == 3 and len(batch) == 1
                 and mask.shape[0] == batch[0] != self.n_heads and mask.shape[1] == 1):
             if mask.shape[-1] not in (1, shape[-1]):
-                raise ValueError(f"mask of shape {tuple(mask.shape)} (one per sequence) does not fit the weights' "
+                raise ValueError(f"mask of shape {tuple(mask.shape)} (one per sequence) must fit the weights' "
                                  f"shape {shape}: S={shape[-1]} keys")
             mask = mask[:, None]  # lesson 02's padding_mask (B, 1, S) -> (B, 1, 1, S), one per sequence
         for name, t in (("mask", mask), ("bias", bias)):
             ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
             if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
                 raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
-                                 f"{self.n_heads}. Pass (B, 1, T, S) for one {name} per sequence, or (1, H, T, S) "
-                                 "for one per head")
+                                 f"{self.n_heads}: it must be (B, 1, T, S) for one {name} per sequence, or "
+                                 "(1, H, T, S) for one per head")
         check_mask_and_bias(mask, bias, shape)
         return mask

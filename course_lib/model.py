@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .attention import Attention, Cache, Rotation
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_mask,
-                     require_number, require_token_ids, require_width)
+                     require_number, require_same_dtype, require_token_ids, require_width)
 from .masks import causal_mask
 
 NORMS = ("none", "post", "pre")
@@ -44,8 +44,8 @@ class ModelConfig:
 
 
 class FeedForward(nn.Module):
-    """The position-wise FFN on every token alone: Linear(D, d_ff), ReLU, Linear(d_ff, D), named as
-    torch's layers name them. x: (..., T, D) -> (..., T, D)."""
+    """The position-wise FFN, Linear(D, d_ff), ReLU, Linear(d_ff, D) as torch names them: x (..., T, D) ->
+    (..., T, D). Here and below, forward checks its input, run trusts it: a model checks once."""
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
@@ -54,6 +54,11 @@ class FeedForward(nn.Module):
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        require_width("x", require_float("x", x, min_rank=1), self.linear1.in_features)
+        require_same_dtype(x=x, weights=self.linear1.weight)
+        return self.run(x)
+
+    def run(self, x: Tensor) -> Tensor:
         return self.linear2(torch.relu(self.linear1(x)))  # (..., T, d_ff) -> (..., T, D)
 
 
@@ -61,7 +66,7 @@ class Block(nn.Module):
     """Self-attention, then (cross=True) cross-attention to a memory, then (d_ff > 0) the FFN, each
     on a residual branch: norm "none" x = x + f(x), "post" x = LN(x + f(x)), "pre" x = x + f(LN(x)).
     x: (B, T, D), memory: (B, S, D) -> (x, its attention weights, cross-attention's or None), weights
-    (B, [H,] T, S). Its input is trusted: the models check theirs."""
+    (B, [H,] T, S). forward checks x, the masks, bias and rotate as Attention.forward does."""
 
     def __init__(self, config: ModelConfig, cross: bool = False):
         super().__init__()
@@ -74,10 +79,18 @@ class Block(nn.Module):
         self.attention_norm, self.cross_norm, self.ffn_norm = norm(True), norm(cross), norm(config.d_ff)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
-                memory_mask: Tensor | None = None, bias: Tensor | None = None, rotate: Rotation | None = None,
-                cache: tuple[Cache, Cache] | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+                memory_mask: Tensor | None = None, bias: Tensor | None = None,
+                rotate: Rotation | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        mask = self.attention.check_input(x, None, mask, bias, rotate)
         if (memory is None) != (self.cross_attention is None):
             raise ValueError("memory must be given to a block with cross-attention (cross=True), and only to one")
+        if memory is not None:
+            memory_mask = self.cross_attention.check_input(x, memory, memory_mask, None)
+        return self.run(x, mask, memory, memory_mask, bias, rotate)
+
+    def run(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
+            memory_mask: Tensor | None = None, bias: Tensor | None = None, rotate: Rotation | None = None,
+            cache: tuple[Cache, Cache] | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         kept, kept_memory = cache or (None, None)  # a KV cache: x holds only the newest positions
         out, weights = self.attention.attend(self.before(self.attention_norm, x), None, mask, bias, rotate, kept)
         x, cross_weights = self.after(self.attention_norm, x, out), None
@@ -86,7 +99,7 @@ class Block(nn.Module):
                                                              cache=kept_memory)
             x = self.after(self.cross_norm, x, out)
         if self.ffn is not None:
-            x = self.after(self.ffn_norm, x, self.ffn(self.before(self.ffn_norm, x)))
+            x = self.after(self.ffn_norm, x, self.ffn.run(self.before(self.ffn_norm, x)))
         return x, weights, cross_weights
 
     def before(self, norm: nn.Module | None, x: Tensor) -> Tensor:  # pre-LN normalizes a sublayer's input only
@@ -127,7 +140,7 @@ class DecoderOnly(nn.Module):
         mask, bias = causal_mask(T) if self.config.causal else None, self.positions.score_bias(T)  # (T, T)
         self.layer_weights = []
         for block in self.layers:
-            x, weights, _ = block(x, mask, bias=bias, rotate=self.positions.rotate)
+            x, weights, _ = block.run(x, mask, bias=bias, rotate=self.positions.rotate)
             self.layer_weights.append(weights.detach())
         return self.readout(x if self.norm is None else self.norm(x))  # (B, T, V)
 
@@ -171,17 +184,16 @@ class EncoderDecoder(nn.Module):
         require_vectors("y", y, self)
         if require_vectors("memory", memory, self).shape[0] != y.shape[0]:
             raise ValueError(f"y {tuple(y.shape)} and memory {tuple(memory.shape)} must have the same batch size B")
-        src_mask = require_src_mask(src_mask, memory)
         if caches is not None and (not isinstance(caches, list) or len(caches) != len(self.decoder)):
             raise ValueError(f"caches must be a list of {len(self.decoder)} (dict, dict) pairs, one per block")
-        return self._decode(y, memory, src_mask, caches)
+        return self._decode(y, memory, require_src_mask(src_mask, memory), caches)
 
     def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
         return self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
 
     def _encode(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
         for block in self.encoder:
-            x = block(x, keys_mask(src_mask, self.config.n_heads))[0]  # (B, S, D)
+            x = block.run(x, keys_mask(src_mask, self.config.n_heads))[0]  # (B, S, D)
         return self.encoder_norm(x)
 
     def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor | None,
@@ -190,7 +202,7 @@ class EncoderDecoder(nn.Module):
         mask, memory_mask = causal_mask(start + y.shape[-2])[start:], keys_mask(src_mask, self.config.n_heads)
         cross_weights = None
         for i, block in enumerate(self.decoder):
-            y, _, cross_weights = block(y, mask, memory, memory_mask, cache=caches[i] if caches else None)
+            y, _, cross_weights = block.run(y, mask, memory, memory_mask, cache=caches[i] if caches else None)
         return self.decoder_norm(y), cross_weights  # (B, T, D), (B, [H,] T, S)
 
 
@@ -282,8 +294,7 @@ def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids", start: int 
 def require_vectors(name: str, x: Tensor, model: nn.Module) -> Tensor:
     """x must be (B, n, D) rows of the model's width and dtype (what embed returns)."""
     require_width(name, require_float(name, x, 3, 3), model.config.d_model)
-    if x.dtype != model.readout.weight.dtype:
-        raise TypeError(f"{name} has dtype {x.dtype} but the model's weights have {model.readout.weight.dtype}")
+    require_same_dtype(**{name: x, "the model's weights": model.readout.weight})
     return x
 
 

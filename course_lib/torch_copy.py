@@ -45,11 +45,12 @@ def to_torch(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttentio
     require_bool("batch_first", batch_first)
     widths = (layer.query.out_features, layer.value.out_features)
     if widths != (layer.d_model, layer.d_model):
-        raise ValueError(f"nn.MultiheadAttention needs d_k = d_v = d_model = {layer.d_model}, got d_k, d_v = {widths}")
+        raise ValueError(f"layer must have d_k = d_v = d_model = {layer.d_model} for nn.MultiheadAttention, got "
+                         f"d_k, d_v = {widths}")
     theirs = nn.MultiheadAttention(layer.d_model, layer.n_heads or 1, bias=layer.query.bias is not None,
                                    batch_first=batch_first, dtype=layer.query.weight.dtype,
                                    kdim=layer.d_memory, vdim=layer.d_memory)
-    for _, ours, torchs in _checked_pairs(layer, theirs):
+    for _, ours, torchs in _require_pairs(layer, theirs):
         if ours is not None:
             torchs.copy_(ours)
     return theirs
@@ -64,13 +65,13 @@ def from_torch(mine: Mine, theirs: nn.Module) -> Mine:
     and final norms; embeddings, positions and read-out are ours alone). Raises, naming the setting
     and both values, unless the two compute the same function; then nothing is copied.
     """
-    for _, ours, torchs in _checked_pairs(mine, theirs):
+    for _, ours, torchs in _require_pairs(mine, theirs):
         if ours is not None:
             ours.copy_(torchs)
     return mine
 
 
-def _checked_pairs(mine: nn.Module, theirs: nn.Module) -> Pairs:
+def _require_pairs(mine: nn.Module, theirs: nn.Module) -> Pairs:
     """Every (where, ours, torch's) weight pair, after every setting, bias and shape was compared."""
     kinds = {Attention: nn.MultiheadAttention, Block: (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer),
              EncoderDecoder: nn.Transformer}
@@ -80,28 +81,31 @@ def _checked_pairs(mine: nn.Module, theirs: nn.Module) -> Pairs:
     if not isinstance(theirs, wanted):
         names = " or ".join(t.__name__ for t in (wanted if isinstance(wanted, tuple) else (wanted,)))
         raise TypeError(f"theirs must be a torch {names} to match a {type(mine).__name__}, got {type(theirs).__name__}")
-    pairs = _pairs(mine, theirs, "")
+    pairs = _require_matching(mine, theirs, "")
     for where, ours, torchs in pairs:
         if (ours is None) != (torchs is None):
-            has, lacks = ("ours", "torch's") if torchs is None else ("torch's", "ours")
-            raise ValueError(f"{where}: {has} has this tensor (a bias or a norm's gain), {lacks} has none")
+            has, lacks = ("mine", "theirs") if torchs is None else ("theirs", "mine")
+            raise ValueError(f"mine and theirs must both have {where} (a bias or a norm's gain) or both not: {has} "
+                             f"has it, {lacks} has none")
         if ours is not None and ours.shape != torchs.shape:
-            raise ValueError(f"{where}: ours has shape {tuple(ours.shape)}, torch's {tuple(torchs.shape)}")
+            raise ValueError(f"mine and theirs must have the same shape at {where}: mine {tuple(ours.shape)}, theirs "
+                             f"{tuple(torchs.shape)}")
     return pairs
 
 
-def _same(where: str, setting: str, ours: object, torchs: object) -> None:
+def _require_same(where: str, setting: str, ours: object, torchs: object) -> None:
     if ours != torchs:
-        raise ValueError(f"cannot copy {where.rstrip('.') or 'the module'}: {setting} is {ours!r} in ours, {torchs!r} in "
-                         "torch's, so the two would compute different functions")
+        at = f" at {where.rstrip('.')}" if where else ""
+        raise ValueError(f"mine and theirs must have the same {setting}{at}: mine has {ours!r}, theirs {torchs!r} "
+                         "(copied, they would compute different functions)")
 
 
-def _pairs(mine: nn.Module, theirs: nn.Module, where: str) -> Pairs:
+def _require_matching(mine: nn.Module, theirs: nn.Module, where: str) -> Pairs:
     """The weight pairs of two modules of matching kinds, comparing the settings on the way."""
     if isinstance(mine, Attention):
-        _same(where, "the number of heads", mine.n_heads or 1, theirs.num_heads)
-        _same(where, "extra key/value biases (add_bias_kv)", False, theirs.bias_k is not None)
-        _same(where, "a zero key/value row (add_zero_attn)", False, theirs.add_zero_attn)
+        _require_same(where, "number of heads", mine.n_heads or 1, theirs.num_heads)
+        _require_same(where, "extra key/value biases (add_bias_kv)", False, theirs.bias_k is not None)
+        _require_same(where, "zero key/value row (add_zero_attn)", False, theirs.add_zero_attn)
         if theirs._qkv_same_embed_dim:  # torch stacks W_Q, W_K, W_V into one (3D, D) weight
             weights = theirs.in_proj_weight.chunk(3)
         else:  # kdim != embed_dim: three separate weights
@@ -113,36 +117,39 @@ def _pairs(mine: nn.Module, theirs: nn.Module, where: str) -> Pairs:
                 + _linear(f"{where}out", mine.out, theirs.out_proj))
     if isinstance(mine, Block):
         cross = isinstance(theirs, nn.TransformerDecoderLayer)
-        _same(where, "cross-attention (Block(cross=True), as a DecoderLayer)", mine.cross_attention is not None, cross)
-        _same(where, "the FFN's presence (d_ff > 0)", mine.ffn is not None, True)
-        _same(where, "norm", mine.norm, "pre" if theirs.norm_first else "post")
-        _same(where, "the residual connections", mine.residual, True)
+        _require_same(where, "cross-attention (Block(cross=True), as a DecoderLayer)", mine.cross_attention is not None,
+                      cross)
+        _require_same(where, "FFN presence (d_ff > 0)", mine.ffn is not None, True)
+        _require_same(where, "norm", mine.norm, "pre" if theirs.norm_first else "post")
+        _require_same(where, "residual connections", mine.residual, True)
         activation = getattr(theirs.activation, "__name__", type(theirs.activation).__name__)
-        _same(where, "the FFN's activation", "relu", "relu" if theirs.activation in (F.relu, torch.relu) or
+        _require_same(where, "FFN activation", "relu", "relu" if theirs.activation in (F.relu, torch.relu) or
               isinstance(theirs.activation, nn.ReLU) else activation)
-        pairs = _pairs(mine.attention, theirs.self_attn, f"{where}attention.")
+        pairs = _require_matching(mine.attention, theirs.self_attn, f"{where}attention.")
         if cross:
-            pairs += _pairs(mine.cross_attention, theirs.multihead_attn, f"{where}cross_attention.")
-            pairs += _norm(f"{where}cross_norm", mine.cross_norm, theirs.norm2)
+            pairs += _require_matching(mine.cross_attention, theirs.multihead_attn, f"{where}cross_attention.")
+            pairs += _require_norm(f"{where}cross_norm", mine.cross_norm, theirs.norm2)
         ffn_norm = theirs.norm3 if cross else theirs.norm2
-        return (pairs + _norm(f"{where}attention_norm", mine.attention_norm, theirs.norm1)
+        return (pairs + _require_norm(f"{where}attention_norm", mine.attention_norm, theirs.norm1)
                 + _linear(f"{where}ffn.linear1", mine.ffn.linear1, theirs.linear1)
                 + _linear(f"{where}ffn.linear2", mine.ffn.linear2, theirs.linear2)
-                + _norm(f"{where}ffn_norm", mine.ffn_norm, ffn_norm))
-    _same(where, "the number of encoder blocks", len(mine.encoder), len(theirs.encoder.layers))
-    _same(where, "the number of decoder blocks", len(mine.decoder), len(theirs.decoder.layers))
+                + _require_norm(f"{where}ffn_norm", mine.ffn_norm, ffn_norm))
+    _require_same(where, "number of encoder blocks", len(mine.encoder), len(theirs.encoder.layers))
+    _require_same(where, "number of decoder blocks", len(mine.decoder), len(theirs.decoder.layers))
     blocks = [(f"encoder.{i}.", m, t) for i, (m, t) in enumerate(zip(mine.encoder, theirs.encoder.layers))]
     blocks += [(f"decoder.{i}.", m, t) for i, (m, t) in enumerate(zip(mine.decoder, theirs.decoder.layers))]
-    return ([p for name, block, layer in blocks for p in _pairs(block, layer, name)]
-            + _norm("encoder_norm", mine.encoder_norm, theirs.encoder.norm)
-            + _norm("decoder_norm", mine.decoder_norm, theirs.decoder.norm))
+    pairs = []
+    for name, block, layer in blocks:
+        pairs += _require_matching(block, layer, name)
+    return (pairs + _require_norm("encoder_norm", mine.encoder_norm, theirs.encoder.norm)
+            + _require_norm("decoder_norm", mine.decoder_norm, theirs.decoder.norm))
 
 
 def _linear(where: str, mine: nn.Linear, theirs: nn.Linear) -> Pairs:
     return [(f"{where}.weight", mine.weight, theirs.weight), (f"{where}.bias", mine.bias, theirs.bias)]
 
 
-def _norm(where: str, mine: nn.LayerNorm, theirs: nn.LayerNorm | None) -> Pairs:
-    _same(where, "a LayerNorm", True, isinstance(theirs, nn.LayerNorm))
-    _same(where, "LayerNorm's eps", mine.eps, theirs.eps)
+def _require_norm(where: str, mine: nn.LayerNorm, theirs: nn.LayerNorm | None) -> Pairs:
+    _require_same(where, "LayerNorm presence", True, isinstance(theirs, nn.LayerNorm))
+    _require_same(where, "LayerNorm eps", mine.eps, theirs.eps)
     return [(f"{where}.weight", mine.weight, theirs.weight), (f"{where}.bias", mine.bias, theirs.bias)]

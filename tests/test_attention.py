@@ -15,12 +15,14 @@ BAD_INPUT = {
     "layer width": (lambda: Attention(8)(torch.randn(3, 6)), ValueError, r"x must have last dimension 8, got shape \(3, 6\)"),
     # x in float64 into float32 weights: torch's matmul said "mat1 and mat2 must have the same dtype" from inside
     "x dtype against the weights": (lambda: Attention(8)(torch.randn(2, 3, 8, dtype=torch.float64)), TypeError,
-                                    r"x has dtype torch.float64 but this layer's weights have dtype torch.float32"),
+                                    r"x, weights must share one dtype, got x torch.float64, weights torch.float32"),
     "memory dtype": (lambda: Attention(8, d_memory=6)(torch.randn(3, 8), torch.randn(4, 6, dtype=torch.float64)),
-                     TypeError, r"x and memory must share one dtype, got x torch.float32, memory torch.float64"),
+                     TypeError, r"x, memory, weights must share one dtype, got x torch.float32, memory torch.float64, "
+                     r"weights torch.float32"),
     # keys and values read d_memory-wide rows: x (width d_model) failed inside the key projection
     "memory missing": (lambda: Attention(8, d_memory=6)(torch.randn(2, 3, 8)), ValueError,
-                       r"d_memory=6, not x's d_model=8: pass memory"),
+                       r"memory must be given: this layer's keys and values read rows of width d_memory=6, not x's "
+                       r"d_model=8"),
     "memory width": (lambda: Attention(8, d_memory=6)(torch.randn(3, 8), torch.randn(4, 8)), ValueError,
                      r"memory must have last dimension 6"),
     # a rotate that is not a function failed as "'int' object is not callable" after the projections
@@ -34,7 +36,7 @@ BAD_INPUT = {
     "padding mask of another batch": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8), mask=padding_mask([5, 2], 5)),
                                       ValueError, r"mask of shape \(2, 1, 5\) can be read two ways"),
     "padding mask of other keys": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8), mask=padding_mask([5, 2, 1], 6)),
-                                   ValueError, r"mask of shape \(3, 1, 6\) \(one per sequence\) does not fit the weights' "
+                                   ValueError, r"mask of shape \(3, 1, 6\) \(one per sequence\) must fit the weights' "
                                    r"shape \(3, 2, 5, 5\): S=5 keys"),
 }
 

@@ -82,7 +82,7 @@ def bad_calls():
         "vectors of another width": (lambda: model.decode(torch.randn(2, 4, 6), memory), ValueError,
                                      r"y must have last dimension 8"),
         "vectors of another dtype": (lambda: model.encode(x.double()), TypeError,
-                                     "x has dtype torch.float64 but the model's weights have torch.float32"),
+                                     "x, the model's weights must share one dtype, got x torch.float64"),
         "float ids into embed": (lambda: model.embed(src.float()), TypeError, "ids must hold integers"),
         "ids past the vocabulary": (lambda: model.embed(src + 9), ValueError, "ids must be token ids in 0..8"),
         "positions past max_len": (lambda: model.embed(src, start=4), ValueError,

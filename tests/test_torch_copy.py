@@ -77,37 +77,48 @@ def test_every_copy_from_a_torch_layer_computes_its_function_or_is_refused(ours,
             continue
         assert from_torch(mine, theirs) is mine
         with torch.no_grad():
-            torch.testing.assert_close(run(mine, x, memory if cross else None), run(theirs, x, memory if cross else None),
-                                       atol=1e-12, rtol=1e-12)
+            source = memory if cross else None
+            torch.testing.assert_close(run(mine, x, source), run(theirs, x, source), atol=1e-12, rtol=1e-12)
         copied += 1
     assert (copied, refused) == (1, 63)
 
 
-MISMATCHES = {  # the silent cases, each refused by name with both values
-    "norm placement": (block("post"), torch_layer(norm_first=True), r"norm is 'post' in ours, 'pre' in torch's"),
-    "activation": (block(), torch_layer(activation="gelu"), r"the FFN's activation is 'relu' in ours, 'gelu' in torch's"),
-    "heads": (block(), torch_layer(nhead=4), r"cannot copy attention: the number of heads is 2 in ours, 4 in "
-                                             r"torch's, so the two would compute different functions"),
-    "eps": (block(), torch_layer(layer_norm_eps=0.1), r"cannot copy attention_norm: LayerNorm's eps is 1e-05 in ours, "
-                                                      r"0.1 in torch's"),
-    "d_ff": (block(), torch_layer(dim_feedforward=32), r"ffn.linear1.weight: ours has shape \(16, 8\), torch's \(32, 8\)"),
-    "d_model": (block(), nn.TransformerEncoderLayer(16, 2, FF), r"query.weight: ours has shape \(8, 8\), torch's \(16, 16\)"),
-    "torch's norms without bias": (block(), torch_layer(bias=False), r"attention.query.bias: ours has this tensor"),
-    "decoder layer into an encoder block": (block(), torch_layer(cross=True), r"cross-attention .* is False in ours, "
-                                                                             r"True in torch's"),
-    "no norm": (block("none"), torch_layer(), r"norm is 'none' in ours, 'post' in torch's"),
-    "no residual": (block(residual=False), torch_layer(), r"the residual connections is False in ours, True"),
-    "no FFN": (block(d_ff=0), torch_layer(), r"the FFN's presence \(d_ff > 0\) is False in ours, True"),
-    "attention heads": (Attention(D, n_heads=2), nn.MultiheadAttention(D, 4), r"the number of heads is 2 in ours, 4"),
-    "attention bias": (Attention(D), nn.MultiheadAttention(D, 1), r"query.bias: torch's has this tensor .*, ours has none"),
+MISMATCHES = {  # the silent cases and more, each refused naming the setting and both values
+    "norm placement": (block("post"), torch_layer(norm_first=True),
+                       r"mine and theirs must have the same norm: mine has 'post', theirs 'pre'"),
+    "activation": (block(), torch_layer(activation="gelu"),
+                   r"must have the same FFN activation: mine has 'relu', theirs 'gelu'"),
+    "heads": (block(), torch_layer(nhead=4), r"mine and theirs must have the same number of heads at attention: "
+                                             r"mine has 2, theirs 4 \(copied, they would compute different functions\)"),
+    "eps": (block(), torch_layer(layer_norm_eps=0.1),
+            r"must have the same LayerNorm eps at attention_norm: mine has 1e-05, theirs 0.1"),
+    "d_ff": (block(), torch_layer(dim_feedforward=32),
+             r"must have the same shape at ffn.linear1.weight: mine \(16, 8\), theirs \(32, 8\)"),
+    "d_model": (block(), nn.TransformerEncoderLayer(16, 2, FF),
+                r"same shape at attention.query.weight: mine \(8, 8\), theirs \(16, 16\)"),
+    "torch's norms without bias": (block(), torch_layer(bias=False),
+                                   r"must both have attention.query.bias .* or both not: mine has it, theirs has none"),
+    "decoder layer into an encoder block": (block(), torch_layer(cross=True),
+                                            r"the same cross-attention .*: mine has False, theirs True"),
+    "no norm": (block("none"), torch_layer(), r"the same norm: mine has 'none', theirs 'post'"),
+    "no residual": (block(residual=False), torch_layer(), r"the same residual connections: mine has False, theirs True"),
+    "no FFN": (block(d_ff=0), torch_layer(), r"the same FFN presence \(d_ff > 0\): mine has False, theirs True"),
+    "attention heads": (Attention(D, n_heads=2), nn.MultiheadAttention(D, 4),
+                        r"the same number of heads: mine has 2, theirs 4"),
+    "attention bias": (Attention(D), nn.MultiheadAttention(D, 1),
+                       r"must both have query.bias .* or both not: theirs has it, mine has none"),
     "attention bias_kv": (Attention(D, bias=True), nn.MultiheadAttention(D, 1, add_bias_kv=True),
-                          r"extra key/value biases \(add_bias_kv\) is False in ours, True in torch's"),
+                          r"the same extra key/value biases \(add_bias_kv\): mine has False, theirs True"),
     "attention zero row": (Attention(D, bias=True), nn.MultiheadAttention(D, 1, add_zero_attn=True),
-                           r"a zero key/value row \(add_zero_attn\) is False in ours, True in torch's"),
+                           r"the same zero key/value row \(add_zero_attn\): mine has False, theirs True"),
     "attention kdim": (Attention(D, d_memory=6, bias=True), nn.MultiheadAttention(D, 1, kdim=5, vdim=5),
-                       r"key.weight: ours has shape \(8, 6\), torch's \(8, 5\)"),
+                       r"the same shape at key.weight: mine \(8, 6\), theirs \(8, 5\)"),
     "layer counts": (EncoderDecoder(ModelConfig(d_model=D, n_heads=H, d_ff=FF, norm="post", n_encoder_layers=2)),
-                     nn.Transformer(D, H, 1, 1, FF, dropout=0.0), r"the number of encoder blocks is 2 in ours, 1"),
+                     nn.Transformer(D, H, 1, 1, FF, dropout=0.0),
+                     r"the same number of encoder blocks: mine has 2, theirs 1"),
+    "a block inside a model": (EncoderDecoder(ModelConfig(d_model=D, n_heads=H, d_ff=FF, norm="post")),
+                               nn.Transformer(D, 4, 1, 1, FF, dropout=0.0),
+                               r"the same number of heads at encoder.0.attention: mine has 2, theirs 4"),
 }
 
 
@@ -123,7 +134,7 @@ def test_a_mismatch_in_the_last_norm_leaves_every_earlier_weight_alone():
     theirs = nn.Transformer(D, H, 1, 1, FF, dropout=0.0)
     theirs.decoder.norm.eps = 0.1
     before = {k: v.clone() for k, v in mine.state_dict().items()}
-    with pytest.raises(ValueError, match=r"cannot copy decoder_norm: LayerNorm's eps is 1e-05"):
+    with pytest.raises(ValueError, match=r"the same LayerNorm eps at decoder_norm: mine has 1e-05, theirs 0.1"):
         from_torch(mine, theirs)
     assert all(torch.equal(v, before[k]) for k, v in mine.state_dict().items())
 
