@@ -152,6 +152,13 @@ def require_width(name: str, x: Tensor, width: int) -> None:
         raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
 
 
+def require_length_fits(T: int, max_len: int, table: str) -> None:
+    """T positions fit a table (or model) with rows for positions 0..max_len-1."""
+    if T > max_len:  # lesson 04 prints this message
+        raise ValueError(f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
+                         f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
+
+
 def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> torch.Size:
     """NumPy's rule, written out: torch.broadcast_shapes imports sympy (half a second) on first use."""
     if a == b:  # the usual case (q and k with the same batch), at every attention call: nothing to pad

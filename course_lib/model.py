@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import Attention, Cache, Rotation
-from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_mask,
-                     require_number, require_same_dtype, require_token_ids, require_width)
+from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_length_fits,
+                     require_mask, require_number, require_same_dtype, require_token_ids, require_width)
 from .masks import causal_mask
 
 NORMS = ("none", "post", "pre")
@@ -93,11 +93,11 @@ class Block(nn.Module):
             cache: tuple[Cache, Cache] | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         kept, kept_memory = cache or (None, None)  # a KV cache: x holds only the newest positions
         out, weights = self.attention.attend(self.before(self.attention_norm, x), None, mask, bias, rotate, kept)
-        x, cross_weights = self.after(self.attention_norm, x, out), None
+        x, cross_weights = self.after(self.attention_norm, x, out), None  # (B, T, D); weights (B, [H,] T, S)
         if self.cross_attention is not None:
             out, cross_weights = self.cross_attention.attend(self.before(self.cross_norm, x), memory, memory_mask,
                                                              cache=kept_memory)
-            x = self.after(self.cross_norm, x, out)
+            x = self.after(self.cross_norm, x, out)  # (B, T, D); cross_weights (B, [H,] T, S)
         if self.ffn is not None:
             x = self.after(self.ffn_norm, x, self.ffn.run(self.before(self.ffn_norm, x)))
         return x, weights, cross_weights
@@ -199,7 +199,8 @@ class EncoderDecoder(nn.Module):
     def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor | None,
                 caches: list[tuple[Cache, Cache]] | None = None) -> tuple[Tensor, Tensor]:
         start = caches[0][0]["k"].shape[-2] if caches and caches[0][0] else 0  # positions decoded before
-        mask, memory_mask = causal_mask(start + y.shape[-2])[start:], keys_mask(src_mask, self.config.n_heads)
+        mask = causal_mask(start + y.shape[-2])[start:]  # (T, start + T): the new rows only
+        memory_mask = keys_mask(src_mask, self.config.n_heads)  # (B, 1, [1,] S)
         cross_weights = None
         for i, block in enumerate(self.decoder):
             y, _, cross_weights = block.run(y, mask, memory, memory_mask, cache=caches[i] if caches else None)
@@ -317,10 +318,3 @@ def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: T
     if src.shape[0] != tgt_in.shape[0]:
         raise ValueError(f"src {tuple(src.shape)} and tgt_in {tuple(tgt_in.shape)} must have the same batch size B")
     return require_src_mask(src_mask, src)
-
-
-def require_length_fits(T: int, max_len: int, table: str) -> None:
-    """T positions fit a table (or model) with rows for positions 0..max_len-1."""
-    if T > max_len:  # lesson 04 prints this message
-        raise ValueError(f"sequence length T={T} is longer than max_len={max_len} of this {table}: it has rows for "
-                         f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from .guards import (require_choice, require_count, require_float, require_float_dtype, require_index,
-                     require_integer, require_number, require_same_shape, require_width)
-from .model import DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits
+                     require_integer, require_length_fits, require_number, require_same_shape, require_width)
+from .model import DecoderOnly, LearnedPositions, ModelConfig, Positions
 from .training import IGNORE, run_each, train_tiny_model
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")

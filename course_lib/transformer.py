@@ -26,10 +26,10 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (require_bool, require_choice, require_count, require_instance, require_integer, require_mask,
-                     require_number, require_same_shape)
+from .guards import (require_bool, require_choice, require_count, require_instance, require_integer,
+                     require_length_fits, require_mask, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
-from .model import Block, EncoderDecoder, FeedForward, ModelConfig, require_ids, require_length_fits
+from .model import Block, EncoderDecoder, FeedForward, ModelConfig, require_ids
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
 from .training import run_each, train
