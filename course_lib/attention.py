@@ -19,13 +19,14 @@ Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k) -> (q, k)
 Cache = dict[str, Tensor]
 
 
-def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h."""
+def _split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h.
+    The layer's own, on checked input; lesson 08's multi_head.split_heads checks and calls it."""
     heads = x.unflatten(-1, (n_heads, x.shape[-1] // n_heads))  # (..., T, H, d_head)
     return heads.transpose(-3, -2)  # (..., H, T, d_head)
 
 
-def merge_heads(x: Tensor) -> Tensor:
+def _merge_heads(x: Tensor) -> Tensor:
     """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
     return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
 
@@ -49,7 +50,7 @@ class Attention(nn.Module):
                               (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
         for name, width in (("d_k", d_k), ("d_v", d_v)):
             if width % H:
-                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads")
+                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads: n_heads must divide it")
         require_bool("bias", bias)
         self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
         self.d_head, self.d_value_head = d_k // H, d_v // H
@@ -78,11 +79,11 @@ class Attention(nn.Module):
                 k = cache["k"] = torch.cat([cache["k"], k], -2) if "k" in cache else k  # (..., S, d_k)
                 v = cache["v"] = torch.cat([cache["v"], v], -2) if "v" in cache else v  # (..., S, d_v)
         if self.n_heads is not None:
-            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
+            q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
         if rotate is not None:
             q, k = rotate(q, k)
         out, weights = _attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
-        return self.out(out if self.n_heads is None else merge_heads(out)), weights  # (..., T, D)
+        return self.out(out if self.n_heads is None else _merge_heads(out)), weights  # (..., T, D)
 
     def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None,
                     rotate: Rotation | None = None) -> Tensor | None:

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .guards import (broadcast_shape, require_broadcasts_to, require_count, require_dim, require_float, require_index,
-                     require_mask, require_number, require_same_dtype)
+from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_dim, require_float,
+                     require_index, require_mask, require_number, require_same_dtype)
 from .training import train
 
 
@@ -31,6 +31,7 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
     stable=False drops the max subtraction: the naive exp(x) / sum exp(x) that overflows.
     """
     require_float("logits", logits)
+    require_bool("stable", stable)
     dim = require_dim("logits", logits, dim)
     if logits.dim() > 0 and logits.shape[dim] == 0:
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
@@ -96,11 +97,11 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     scale=None uses 1/sqrt(d_k); scale=1.0 gives the raw dot products.
     """
     check_qkv(q, k)
+    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     return _scores(q, k, scale)
 
 
-def _scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
-    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
+def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     # Scaling q (T x d_k numbers) is cheaper than scaling the scores (T x S numbers).
     return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
 
@@ -115,7 +116,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     (..., T, S)); output row t is sum_s weights[t, s] v_s. A query with no allowed key gets zero
     weights and a zero output row (not NaN).
     """
-    batch = check_qkv(q, k, v)
+    batch = check_qkv(q, k, require_float("v", v, min_rank=2))
     scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     check_mask_and_bias(mask, bias, tuple(batch) + (q.shape[-2], k.shape[-2]))
     return _attend(q, k, v, mask, bias, scale)
@@ -166,7 +167,8 @@ def check_projections(x: Tensor, **weights: Tensor) -> None:
     for name, w in weights.items():
         if require_float(name, w, 2, 2).shape[0] != x.shape[-1] or w.shape[1] == 0:
             raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows (x's last dimension D) "
-                             f"and a column or more: x has shape {tuple(x.shape)}")
+                             f"and a column or more: x has shape {tuple(x.shape)}, so {name} must be "
+                             f"({x.shape[-1]}, width)")
     require_same_dtype(x=x, **weights)
     if weights["w_q"].shape[1] != weights["w_k"].shape[1]:
         raise ValueError(f"w_q {tuple(weights['w_q'].shape)} and w_k {tuple(weights['w_k'].shape)} must give the "
@@ -226,6 +228,7 @@ def softmax_saturation(d_k: int, scaled: bool, n_queries: int = 256, n_keys: int
     q is what a query projection learns from. A one-hot row passes back (almost) nothing.
     """
     require_count("d_k", d_k)
+    require_bool("scaled", scaled)
     require_count("n_queries", n_queries)
     require_count("n_keys", n_keys)
     require_count("seed", seed, minimum=0)

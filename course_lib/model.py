@@ -19,6 +19,7 @@ from .guards import (require_bool, require_choice, require_count, require_float,
 from .masks import causal_mask
 
 NORMS = ("none", "post", "pre")
+POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the schemes of lesson 04; two are built here
 
 
 @dataclass
@@ -32,7 +33,7 @@ class ModelConfig:
     n_decoder_layers: int = 1  # the blocks of a decoder-only model, or of the decoder
     n_encoder_layers: int = 1  # the encoder-decoder's encoder blocks (a decoder-only model has none)
     norm: str = "none"  # "post": x = LN(x + f(x)) (2017); "pre": x = x + f(LN(x)) (GPT-2)
-    positions: str = "learned"  # "none" and "learned" are built here; other schemes are passed in
+    positions: str = "learned"  # one of POSITIONS: "none" and "learned" are built here, others passed in
     causal: bool = True  # a decoder-only model's mask (the encoder-decoder's decoder is always causal)
     residual: bool = True  # False only to see what the residual connections are for
     bias: bool = True  # biases in the attention projections
@@ -70,7 +71,7 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig, cross: bool = False):
         super().__init__()
-        D, H = config.d_model, config.n_heads
+        D, H, cross = require_config(config).d_model, config.n_heads, require_bool("cross", cross)
         self.norm, self.residual = config.norm, config.residual
         self.attention = Attention(D, bias=config.bias, n_heads=H)
         self.cross_attention = Attention(D, bias=config.bias, n_heads=H) if cross else None
@@ -240,7 +241,7 @@ class LearnedPositions(Positions):
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
         require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len,
-                            "learned position table")
+                            "learned position table", "start + the length of x")
         return self.add(x, start)
 
     def add(self, x: Tensor, start: int = 0) -> Tensor:
@@ -256,24 +257,26 @@ def keys_mask(src_mask: Tensor | None, n_heads: int | None) -> Tensor | None:
 
 # ---------------------------------------------------------------- the models' input checks, once
 
-def check_config(config: ModelConfig) -> None:
-    """Raise, naming the field, unless every field of the config has a usable value."""
+def check_config(config: ModelConfig, at: str = "") -> None:
+    """Raise, naming the field as the caller wrote it (at: "config." for a config passed on), unless
+    every field of the config has a usable value."""
     for name, minimum in (("vocab_size", 2), ("max_len", 1), ("d_model", 1), ("d_ff", 0),
-                          ("n_decoder_layers", 0), ("n_encoder_layers", 0), ("seed", 0)):
-        require_count(f"config.{name}", getattr(config, name), minimum)
+                          ("n_decoder_layers", 1), ("n_encoder_layers", 0), ("seed", 0)):
+        require_count(f"{at}{name}", getattr(config, name), minimum)
     if config.n_heads is not None:
-        require_count("config.n_heads", config.n_heads)
-    require_choice("config.norm", config.norm, NORMS)
-    require_instance("config.positions", config.positions, str, "a string")  # built_positions reads its value
-    require_number("config.eps", config.eps, non_negative=True)
+        require_count(f"{at}n_heads", config.n_heads)
+    require_choice(f"{at}norm", config.norm, NORMS)
+    require_choice(f"{at}positions", config.positions, POSITIONS)
+    require_number(f"{at}eps", config.eps, positive=True)  # LayerNorm divides by sqrt(variance + eps)
     for name in ("causal", "residual", "bias"):
-        require_bool(f"config.{name}", getattr(config, name))
+        require_bool(f"{at}{name}", getattr(config, name))
     if config.n_heads is not None and config.d_model % config.n_heads:
-        raise ValueError(f"config.d_model={config.d_model} does not split into config.n_heads={config.n_heads} heads")
+        raise ValueError(f"{at}d_model={config.d_model} does not split into {at}n_heads={config.n_heads} heads: "
+                         f"n_heads must divide d_model")
 
 
 def require_config(config: object) -> ModelConfig:
-    check_config(require_instance("config", config, ModelConfig))  # its fields may have changed since it was made
+    check_config(require_instance("config", config, ModelConfig), "config.")  # its fields may have changed since
     return config
 
 
@@ -288,7 +291,7 @@ def built_positions(config: ModelConfig, positions: Positions | None) -> Positio
 def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids", start: int = 0) -> int:
     """ids must be (B, T) token ids in 0..V-1 at positions start..start+T-1 < max_len; returns T."""
     require_token_ids(name, ids, config.vocab_size)
-    require_length_fits(start + ids.shape[-1], config.max_len, "model")
+    require_length_fits(start + ids.shape[-1], config.max_len, "model", f"the length of {name}")
     return ids.shape[-1]
 
 
@@ -303,10 +306,11 @@ def require_src_mask(src_mask: Tensor | None, source: Tensor) -> Tensor | None:
     """src_mask: None, bool (B, S) or padding_mask's (B, 1, S) for source (B, S[, D]); returns (B, S)."""
     if src_mask is None:
         return None
-    if require_mask("src_mask", src_mask, 2, 3).dim() == 3 and src_mask.shape[1] == 1:
+    given = tuple(require_mask("src_mask", src_mask, 2, 3).shape)
+    if src_mask.dim() == 3 and src_mask.shape[1] == 1:
         src_mask = src_mask[:, 0]  # (B, 1, S) -> (B, S): padding_mask's query axis goes
     if src_mask.shape != source.shape[:2]:
-        raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} must be (B, S) = {tuple(source.shape[:2])} "
+        raise ValueError(f"src_mask of shape {given} must be (B, S) = {tuple(source.shape[:2])} "
                          "(or padding_mask's (B, 1, S)), one entry per source token")
     return src_mask
 

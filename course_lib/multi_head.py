@@ -18,8 +18,7 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from . import attention
-from .attention import Attention
+from .attention import Attention, _merge_heads, _split_heads
 from .guards import require_count, require_float, require_index, require_instance, require_items
 from .measure import OperationCounter
 from .model import DecoderOnly, ModelConfig
@@ -37,14 +36,15 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     require_float("x", x, min_rank=2)
     n_heads = require_count("n_heads", n_heads)
     if x.shape[-1] % n_heads:
-        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} equal heads")
-    return attention.split_heads(x, n_heads)
+        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} equal heads: "
+                         "n_heads must divide it")
+    return _split_heads(x, n_heads)
 
 
 def merge_heads(x: Tensor) -> Tensor:
     """(..., H, T, d_head) -> (..., T, H * d_head): the layer's own merge, checked; head 0 first."""
     require_float("x", x, min_rank=3)
-    return attention.merge_heads(x)
+    return _merge_heads(x)
 
 
 def _require_head(layer: Attention, head: object) -> int:

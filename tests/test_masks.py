@@ -502,12 +502,14 @@ def test_causality_helpers_want_one_sequence():
     ("d_model", 4.0, TypeError, "config.d_model must be an int, got float 4.0"),
     ("d_model", True, TypeError, "config.d_model must be an int, got bool True"),
     ("seed", -1, ValueError, "config.seed must be >= 0"),
-    ("n_decoder_layers", -1, ValueError, "config.n_decoder_layers must be >= 0, got config.n_decoder_layers=-1"),
+    ("n_decoder_layers", 0, ValueError, "config.n_decoder_layers must be >= 1, got config.n_decoder_layers=0"),
     ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
     ("causal", 1, TypeError, "config.causal must be True or False, got int 1"),
-    ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
+    ("positions", None, ValueError, "config.positions must be one of .*, got None"),
+    ("positions", "spiral", ValueError, "config.positions must be one of .*, got 'spiral'"),
+    ("eps", 0.0, ValueError, "config.eps must be positive, got 0.0")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message.replace("config.", "")):  # the field as the caller wrote it
         ModelConfig(**{field: value})
     config = ModelConfig()
     setattr(config, field, value)  # changed after it was made: the model checks again

@@ -72,7 +72,7 @@ def bad_calls():
         "mask of another length": (lambda: model.encode(x, torch.ones(2, 6, dtype=torch.bool)), ValueError,
                                    r"src_mask of shape \(2, 6\) must be \(B, S\) = \(2, 5\)"),
         "mask of another batch": (lambda: model(src, tgt, padding_mask([5, 3, 1], 5)), ValueError,
-                                  r"src_mask of shape \(3, 5\) must be \(B, S\) = \(2, 5\)"),
+                                  r"src_mask of shape \(3, 1, 5\) must be \(B, S\) = \(2, 5\)"),
         "mask per query": (lambda: model.encode(x, torch.ones(2, 5, 5, dtype=torch.bool)), ValueError,
                            r"src_mask of shape \(2, 5, 5\) must be \(B, S\)"),
         "float mask": (lambda: model.decode(y, memory, torch.ones(2, 5)), TypeError,
