@@ -466,7 +466,7 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 
 
 def test_to_multihead_attention_needs_equal_widths():
-    with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8 for nn.MultiheadAttention, got d_k, d_v = \(4, 8\)"):
         to_torch(Attention(8, d_k=4))
     with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
         to_torch(torch.nn.Linear(2, 2))
@@ -529,7 +529,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"ids must be token ids in 0..7, got values from 0 to 8"):
         model(torch.tensor([[0, 8]]))
-    with pytest.raises(ValueError, match="sequence length T=9 is longer than max_len=8"):
+    with pytest.raises(ValueError, match="the length of ids T=9 must be at most max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     batch = lambda gen: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="lr must be positive, got -1.0"):
@@ -538,7 +538,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
         train_tiny_model(model, batch, steps=1, seed=-2)
     with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
         LearnedPositions(0, 4)
-    with pytest.raises(TypeError, match="config.causal must be True or False, got str 'no'"):
+    with pytest.raises(TypeError, match="causal must be True or False, got str 'no'"):
         train_next_token("no", steps=1)
     with pytest.raises(TypeError, match="batch must be an int, got float 8.0"):
         train_next_token(True, steps=1, batch=8.0)

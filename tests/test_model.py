@@ -86,7 +86,7 @@ def bad_calls():
         "float ids into embed": (lambda: model.embed(src.float()), TypeError, "ids must hold integers"),
         "ids past the vocabulary": (lambda: model.embed(src + 9), ValueError, "ids must be token ids in 0..8"),
         "positions past max_len": (lambda: model.embed(src, start=4), ValueError,
-                                   "sequence length T=9 is longer than max_len=8"),
+                                   "the length of ids T=9 must be at most max_len=8"),
         "negative start": (lambda: model.embed(src, start=-1), ValueError, "start must be >= 0"),
         "caches of another length": (lambda: model.decode(y, memory, caches=[({}, {})]), ValueError,
                                      "caches must be a list of 2 \\(dict, dict\\) pairs"),

@@ -484,7 +484,7 @@ def test_odd_width_is_refused_by_name(call):
     (lambda: previous_token_runs(["none"], [0], train_length=1, test_length=4), ValueError,
      "train_length must be >= 2, got train_length=1"),
     (lambda: previous_token_runs(["none"], [0], train_length=9, test_length=4, max_len=8), ValueError,
-     "T=9 is longer than max_len=8"),
+     "T=9 must be at most max_len=8"),
     (lambda: tiny_model("relative"), ValueError, "kind must be one of"),
     (lambda: previous_token_runs(["none"], [0.5], train_length=8, test_length=4), TypeError, "seed must be an int"),
     (lambda: train_previous_token(tiny_model("none"), steps=0), ValueError, "steps must be >= 1"),
@@ -548,14 +548,14 @@ def test_offsets_and_k_must_be_integers():
 
 @pytest.mark.parametrize("make", [lambda: SinusoidalPositionalEncoding(6, 8), lambda: LearnedPositionalEmbedding(6, 8)])
 def test_sequences_longer_than_max_len_get_a_clear_error(make):
-    with pytest.raises(ValueError, match=r"sequence length T=9 is longer than max_len=6 of this .*table: .*"
+    with pytest.raises(ValueError, match=r"T=9 must be at most max_len=6 of this .*table: .*"
                                          r"positions 0\.\.5 only, so positions 6\.\.8 have no encoding"):
         make()(torch.zeros(2, 9, 8))
 
 
 def test_the_tiny_model_refuses_sequences_past_its_table_and_bad_ids():
     model = tiny_model("learned", vocab_size=5, max_len=8, d_model=8)
-    with pytest.raises(ValueError, match="T=12 is longer than max_len=8"):
+    with pytest.raises(ValueError, match="the length of ids T=12 must be at most max_len=8"):
         model(torch.zeros(1, 12, dtype=torch.long))
     with pytest.raises(TypeError, match="ids must hold integers, got dtype torch.float32"):
         model(torch.zeros(1, 3))

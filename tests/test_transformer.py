@@ -417,7 +417,7 @@ def test_bad_input_is_refused_by_name():
     ok = torch.zeros(2, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="src must be token ids in 0..6"):
         model(ok + 7, ok)
-    with pytest.raises(ValueError, match="longer than max_len=6"):
+    with pytest.raises(ValueError, match="the length of src T=7 must be at most max_len=6"):
         model(torch.zeros(2, 7, dtype=torch.long), ok)
     with pytest.raises(TypeError, match="src must hold integers"):
         model(ok.double(), ok)
