@@ -471,7 +471,8 @@ def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = 
     attention (heads, rotation, score bias, pre-LN norm) on the two inputs.
     """
     if not isinstance(model, DecoderOnly) or len(model.layers) < 2 or not model.config.residual:
-        raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual stream")
+        raise ValueError(f"model must be a DecoderOnly with 2 layers or more and a residual stream (second_layer_weights "
+                         f"needs them), got {type(model).__name__}")
     if embedding_only not in ("", "key", "query"):
         raise ValueError(f"embedding_only must be '', 'key' or 'query', got {embedding_only!r}")
     T, first, second = require_ids(ids, model.config), model.layers[0], model.layers[1]

@@ -182,6 +182,7 @@ def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8,
     """
     require_count("T", T, minimum=2)
     require_count("batch", batch)
+    require_count("vocab", vocab, minimum=2)
     # float64: the demo's figures then hardly depend on the CPU's kernels or the thread count.
     model = DecoderOnly(ModelConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
     model = model.to(torch.float64)

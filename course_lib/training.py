@@ -347,6 +347,11 @@ def train_tiny_model(model: nn.Module, make_batch: Callable[[torch.Generator], t
     IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
     in `train` (True, or the task's name for the bar).
     """
+    if not isinstance(model, nn.Module) or not callable(make_batch):
+        raise TypeError(f"model must be an nn.Module and make_batch a function generator -> (ids, targets), got "
+                        f"{type(model).__name__} and {type(make_batch).__name__}")
+    if not isinstance(progress, (bool, str)):
+        raise TypeError(f"progress must be True, False or the task's name, got {type(progress).__name__}")
     generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
 
     def loss_of_step(_: int) -> Tensor:
