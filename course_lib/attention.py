@@ -67,7 +67,7 @@ class Attention(nn.Module):
     def attend(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                bias: Tensor | None = None, rotate: Rotation | None = None,
                cache: Cache | None = None) -> tuple[Tensor, Tensor]:
-        """forward on checked input (a Block checks nothing: its model did). cache: self-attention
+        """forward on checked input (Block.run calls it: its model or its forward checked). cache: self-attention
         appends the new positions' keys and values to the kept ones; cross-attention projects
         memory once, at the first call."""
         if cache is not None and memory is not None and "k" in cache:
