@@ -54,9 +54,9 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     if not callable(loss_of_step):
         raise TypeError(f"loss_of_step must be a function of the step number, got {type(loss_of_step).__name__}")
     parameters = _require_parameters("parameters", parameters)
-    if not all(p.requires_grad for p in parameters):
-        raise ValueError("parameters must all require gradients (requires_grad=True): "
-                         "the others would never move")
+    if not any(p.requires_grad for p in parameters):  # frozen ones beside trained ones are fine (a hand-set head)
+        raise ValueError("parameters must include one that requires gradients (requires_grad=True): "
+                         "none would ever move")
     step_rule = Adam(parameters, lr) if optimizer == "adam" else SGD(parameters, lr)
     bar = progress_bar(steps, label, unit="training steps") if label else None
     report = _report_step
