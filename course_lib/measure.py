@@ -37,13 +37,17 @@ from .training import train_tiny_model
 class OperationCounter(TorchDispatchMode):
     """Counts the arithmetic torch actually runs inside a `with` block, by kind of operation.
 
-    Matrix products count m*n*k multiply-adds; add/sub, mul/div and tanh count one per output
-    element; shape-only operations (views, transposes) count nothing; anything else is listed
-    under its own name so that no work goes uncounted. An in-place form (exp_, add_) counts as
-    its plain one: the arithmetic is the same.
+    Every matrix product counts its multiply-adds: (.., m, k) @ (.., k, n) is m*k*n per batch
+    entry, whatever form torch ran it in (mm, a matrix times a vector (mv), a dot product,
+    batched (bmm), with a bias added (addmm, addmv, baddbmm, addbmm)); `@` with broadcasting,
+    `einsum` and `nn.Linear` reach torch as these forms. The bias of the add* forms counts one
+    addition per output element. add/sub, mul/div and tanh count one per output element;
+    shape-only operations (views, transposes) count nothing; anything else is listed under its
+    own name so that no work goes uncounted. An in-place form (exp_, add_) counts as its plain
+    one: the arithmetic is the same.
     """
 
-    MATMULS = ("mm", "bmm", "addmm")
+    MATMULS = ("mm", "bmm", "mv", "dot", "vdot", "addmm", "addmv", "baddbmm", "addbmm")
     KINDS = {"add": "additions", "sub": "additions", "mul": "multiplications", "div": "multiplications",
              "tanh": "tanh"}
     SHAPE_ONLY = ("view", "_unsafe_view", "t", "transpose", "unsqueeze", "squeeze", "expand", "slice",
@@ -66,8 +70,9 @@ class OperationCounter(TorchDispatchMode):
             name = name[:-1]
         if name in self.MATMULS:
             a, b = args[-2], args[-1]  # addmm(bias, a, b): the product is of the last two
-            self.counts["multiply-adds"] += a.numel() * b.shape[-1]  # (.., m, k) @ (.., k, n): m*k*n
-            if name == "addmm":
+            # a: (.., m, k) or (k,); each of its entries meets n entries of b: (.., k, n), or 1 of b: (k,)
+            self.counts["multiply-adds"] += a.numel() * (b.shape[-1] if b.dim() >= 2 else 1)
+            if name.startswith("add"):
                 self.counts["additions"] += out.numel()
         elif name in self.KINDS:
             self.counts[self.KINDS[name]] += out.numel()

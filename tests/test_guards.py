@@ -24,7 +24,8 @@ How a call is classified (in this order):
             function (a training step's closure) is not.
   vague     a ValueError or TypeError raised where it may be, whose message does not name the
             spoilt argument as the caller spelt it (as a word, not as a field "config.d_model")
-            or does not say what was expected (the words "must", "expected" or "should").
+            or does not say what was expected (the words "must", "expected", "should", or "out
+            of range", which the guards follow with the range).
   clear     the rest: a ValueError or TypeError from the entry point, its guards, or an entry
             point it calls, that names the caller's argument and says what was expected.
 
@@ -53,7 +54,7 @@ import course_lib
 
 LIB = Path(course_lib.__file__).resolve().parent
 VALIDATOR = re.compile(r"^_?(require|check)_")
-EXPECTED = re.compile(r"\b(must|expected|should)\b")
+EXPECTED = re.compile(r"\b(must|expected|should|out of range)\b")
 KINDS = ("clear", "vague", "internal", "deep", "silent")
 
 
@@ -911,10 +912,10 @@ CASES: list[Call] = [
     case("normalization", "toy_batch", "length=9", "length", lambda: normalization.toy_batch([], 9)),
     case("normalization", "toy_batch", "others a string", "others", lambda: normalization.toy_batch("the dog", 4)),
     # ---- lesson 06: copying
-    case("copying", "position_copy_head", "slice beyond d_model", "tokens",
+    case("copying", "position_copy_head", "slice beyond d_model", "positions",
          lambda: C.position_copy_head(8, 1, slice(0, 2), slice(6, 10))),
-    case("copying", "position_copy_head", "tokens and positions of other widths", ("tokens", "positions"),
-         lambda: C.position_copy_head(8, 1, slice(0, 2), slice(2, 5))),
+    case("copying", "position_copy_head", "write and tokens of other widths", ("tokens", "write"),
+         lambda: C.position_copy_head(8, 1, slice(0, 2), slice(2, 5), write=slice(5, 8))),
     case("copying", "position_copy_head", "overlapping parts", ("tokens", "positions"),
          lambda: C.position_copy_head(8, 1, slice(0, 2), slice(1, 3))),
     case("copying", "position_copy_head", "gap nan", "gap", lambda: C.position_copy_head(8, 1, slice(0, 2), slice(2, 4), gap=math.nan)),
@@ -946,14 +947,14 @@ CASES: list[Call] = [
     case("copying", "copy_targets", "offset=0", "offset", lambda: C.copy_targets(ids(), 0)),
     case("copying", "copy_targets", "float ids", "ids", lambda: C.copy_targets(torch.zeros(2, 5), 1)),
     case("copying", "copy_targets", "offset above length", "offset", lambda: C.copy_targets(ids(2, 5), 5)),
-    case("copying", "copy_targets", "negative offset", "offset", lambda: C.copy_targets(ids(2, 5), -1)),
+    case("copying", "copy_targets", "offset=-5 for T=5", "offset", lambda: C.copy_targets(ids(2, 5), -5)),
     case("copying", "copy_targets", "rank-1 ids", "ids", lambda: C.copy_targets(ids(1, 5)[0], 1)),
     case("copying", "copy_targets", "bool ids", "ids", lambda: C.copy_targets(bool_ones(2, 5), 1)),
     case("copying", "every_token_everywhere", "offset=0", "offset", lambda: C.every_token_everywhere(4, 5, 0)),
     case("copying", "induction_batch", "period longer than the sequence", "periods", lambda: C.induction_batch(4, 5, 8, periods=(6,))),
     case("copying", "induction_batch", "empty periods", "periods", lambda: C.induction_batch(4, 10, 8, periods=())),
     case("copying", "induction_batch", "prefix reversed", "prefix", lambda: C.induction_batch(4, 10, 8, prefix=(3, 1))),
-    case("copying", "repeat_once_batch", "odd length", "length", lambda: C.repeat_once_batch(4, 5, 8)),
+    case("copying", "repeat_once_batch", "length=2", "length", lambda: C.repeat_once_batch(4, 2, 8)),
     case("copying", "copy_accuracy", "targets of another shape", "targets",
          lambda: C.copy_accuracy(decoder(), ids(2, 5), ids(2, 4))),
     case("copying", "copy_accuracy", "no target to score", "targets",
@@ -1119,13 +1120,13 @@ CASES: list[Call] = [
     case("claims", "claim", "measured=None", "measured", lambda: claims.claim("s", True, measured=None)),
     case("claims", "claim", "measured a list of strings", "measured", lambda: claims.claim("s", True, measured=["a", "b"])),
     case("claims", "claim", "measured a multi-element tensor", "measured", lambda: claims.claim("s", True, measured=randn(3))),
-    case("claims", "claim", "measured nan", "measured", lambda: claims.claim("s", True, measured=math.nan)),
+    case("claims", "claim", "measured a set", "measured", lambda: claims.claim("s", True, measured={0.5})),
     case("claims", "claim", "measured a mapping with a None", "measured", lambda: claims.claim("s", True, measured={"a": None})),
     case("claims", "claim", "statement empty", "statement", lambda: claims.claim("", True, measured=1)),
     case("claims", "claim", "statement a number", "statement", lambda: claims.claim(3, True, measured=1)),
     case("claims", "claim", "bound a number", "bound", lambda: claims.claim("s", True, measured=1, bound=0.5)),
     case("claims", "demonstrate", "holds='True'", "holds", lambda: claims.demonstrate("s", "True", measured=1)),
-    case("claims", "at_least", "value nan", "value", lambda: claims.at_least(math.nan, 0.5)),
+    case("claims", "at_least", "value None", "value", lambda: claims.at_least(None, 0.5)),
     case("claims", "at_least", "value a string", "value", lambda: claims.at_least("0.9", 0.5)),
     case("claims", "at_least", "value a multi-element tensor", "value", lambda: claims.at_least(randn(3), 0.5)),
     case("claims", "at_most", "limit nan", "limit", lambda: claims.at_most(0.5, math.nan)),

@@ -15,8 +15,8 @@ from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, Ad
                               additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
                               encoder_self_attention, fit_additive_scorer, matching_layer, padding_mask,
                               toy_embedding, toy_translation_batch)
-from course_lib.measure import (future_perturbation, influence_matrix, next_token_run, operations_per_score,
-                                prefix_outputs, seconds_per_score, train_next_token)
+from course_lib.measure import (OperationCounter, future_perturbation, influence_matrix, next_token_run,
+                                operations_per_score, prefix_outputs, seconds_per_score, train_next_token)
 from course_lib.model import DecoderOnly, LearnedPositions, ModelConfig
 from course_lib.torch_copy import to_torch, to_torch_mha_mask
 from course_lib.training import run_each, train_tiny_model
@@ -363,6 +363,88 @@ def test_operation_counts_agree_with_torch_flop_counter():
         scorer.pair_scores(hq, hk)
     # torch counts a multiply-add as 2 flops, and counts only matrix products
     assert flops.get_total_flops() / 2 / (T * S) == operations_per_score("additive", 4, d_h, T, S)["multiply-adds"]
+
+
+def _counts(fn) -> dict[str, int]:
+    counter = OperationCounter()
+    with counter:
+        fn()
+    return counter.counts
+
+
+def _multiply_adds(fn) -> int:
+    return _counts(fn)["multiply-adds"]
+
+
+def _torch_flops(fn) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as flops:
+        fn()
+    return flops.get_total_flops()
+
+
+def _matmul_forms(gen: torch.Generator) -> dict[str, tuple]:
+    """Each matmul form on random sizes: (the product as written, the same product as torch's FLOP
+    counter can count it). The counter registers mm, bmm, addmm and baddbmm only: it counts a
+    matrix times a vector (mv) and a dot product as 0 FLOPs, so for those the reference is the
+    same product with a unit dimension added (an mm it counts)."""
+    m, k, n, b, c = (int(torch.randint(1, 7, (), generator=gen)) for _ in range(5))
+    r = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+    A, B, v, u = r(m, k), r(k, n), r(k), r(k)
+    P, Q, bias = r(b, m, k), r(b, k, n), r(n)
+    W, x3 = r(n, k), r(b, m, k)
+    left, right = r(b, 1, m, k), r(c, k, n)
+    return {
+        "mm": (lambda: A @ B, lambda: A @ B),
+        "mv": (lambda: A @ v, lambda: A @ v[:, None]),
+        "dot": (lambda: u @ v, lambda: u[None, :] @ v[:, None]),
+        "vector @ matrix": (lambda: v @ B, lambda: v[None, :] @ B),
+        "bmm": (lambda: torch.bmm(P, Q), lambda: torch.bmm(P, Q)),
+        "batch @ vector": (lambda: P @ v, lambda: P @ v[:, None]),
+        "matmul broadcasting": (lambda: left @ right, lambda: left.expand(b, c, m, k) @ right.expand(b, c, k, n)),
+        "einsum bij,bjk": (lambda: torch.einsum("bij,bjk->bik", P, Q), lambda: torch.bmm(P, Q)),
+        "einsum i,i": (lambda: torch.einsum("i,i->", u, v), lambda: u[None, :] @ v[:, None]),
+        "einsum ij,j": (lambda: torch.einsum("ij,j->i", A, v), lambda: A @ v[:, None]),
+        "linear with bias": (lambda: torch.nn.functional.linear(x3, W, bias), lambda: x3.reshape(-1, k) @ W.T),
+        "linear without bias": (lambda: torch.nn.functional.linear(x3, W), lambda: x3.reshape(-1, k) @ W.T),
+        "addmm": (lambda: torch.addmm(bias, A, B), lambda: A @ B),
+        "addmv": (lambda: torch.addmv(r(m), A, v), lambda: A @ v[:, None]),
+        "baddbmm": (lambda: torch.baddbmm(r(b, m, n), P, Q), lambda: torch.bmm(P, Q)),
+        "addbmm": (lambda: torch.addbmm(r(m, n), P, Q), lambda: torch.bmm(P, Q)),
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_matmul_form_counts_its_multiply_adds_as_torchs_flop_counter_does(seed):
+    """Property, over random sizes: each form's multiply-adds are half the FLOPs torch's counter
+    gives the same product (it counts a multiply-add as 2 FLOPs), also through backward."""
+    gen = torch.Generator().manual_seed(seed)
+    for form, (product, reference) in _matmul_forms(gen).items():
+        counts = _counts(product)
+        products = counts["multiply-adds"]
+        if form.startswith("einsum"):
+            # a contraction of width 1 has one product per output and nothing to add: einsum
+            # then runs an element-wise mul, counted as that many multiplications
+            products += counts["multiplications"]
+        assert products * 2 == _torch_flops(reference) > 0, form
+
+
+def test_a_matrix_vector_and_a_dot_product_count_their_multiply_adds():
+    """The counts by hand: (3, 4) @ (4,) is 12 multiply-adds, v @ v of width 4 is 4."""
+    a, v = torch.randn(3, 4), torch.randn(4)
+    assert _multiply_adds(lambda: a @ v) == 12
+    assert _multiply_adds(lambda: v @ v) == 4
+    counter = OperationCounter()
+    with counter:
+        v @ v
+    assert set(counter.counts) == {"multiply-adds"}  # nothing left over under its own name
+
+
+def test_backward_of_a_linear_layer_counts_as_torchs_flop_counter_does():
+    layer = torch.nn.Linear(6, 5)
+    x = torch.randn(4, 3, 6, requires_grad=True)
+    step = lambda: layer(x).pow(2).sum().backward()  # noqa: E731
+    assert _multiply_adds(step) * 2 == _torch_flops(step) > 0
 
 
 def test_seconds_per_score_is_the_best_time_divided_by_the_number_of_scores():
