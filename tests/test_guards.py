@@ -822,7 +822,7 @@ CASES: list[Call] = [
     case("positional_encoding", "block_rotation", "scales of the wrong length", "scales",
          lambda: positional_encoding.block_rotation(randn(2), torch.ones(3))),
     case("positional_encoding", "frequencies", "odd d_model", "d_model", lambda: positional_encoding.frequencies(7)),
-    case("positional_encoding", "frequencies", "base=1", "base", lambda: positional_encoding.frequencies(8, base=1.0)),
+    case("positional_encoding", "frequencies", "base=-10", "base", lambda: positional_encoding.frequencies(8, base=-10.0)),
     case("positional_encoding", "frequencies", "base nan", "base", lambda: positional_encoding.frequencies(8, base=math.nan)),
     case("positional_encoding", "wavelength", "j out of range", "j", lambda: positional_encoding.wavelength(8, 4)),
     case("positional_encoding", "sinusoidal_encoding", "negative position count", "positions",
