@@ -114,7 +114,7 @@ class Bounds:
         return Bounds(self.parts + (other.parts if isinstance(other, Bounds) else (other,)))
 
 
-def _real(name: str, value: object) -> float:
+def _require_real(name: str, value: object) -> float:
     """A number or a one-element tensor, as a float; NaN and infinities stay what they are."""
     if isinstance(value, Tensor):
         if value.numel() != 1 or value.dtype == torch.bool:
@@ -129,12 +129,12 @@ def _real(name: str, value: object) -> float:
 def at_least(value: float | Tensor, limit: float) -> Bound:
     """The test value >= limit, with its margin (see `Bound`). A NaN value fails the test (and
     the claim, which shows it); the limit must be a finite number."""
-    return Bound(_real("value", value), require_number("limit", limit), +1)
+    return Bound(_require_real("value", value), require_number("limit", limit), +1)
 
 
 def at_most(value: float | Tensor, limit: float) -> Bound:
     """The test value <= limit, with its margin (see `Bound`)."""
-    return Bound(_real("value", value), require_number("limit", limit), -1)
+    return Bound(_require_real("value", value), require_number("limit", limit), -1)
 
 
 Holds = bool | Tensor | Bound | Bounds

@@ -121,6 +121,8 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
             start = time.perf_counter()
             scores = score_fn(q, k)
             best = min(best, time.perf_counter() - start)
+    if not isinstance(scores, Tensor) or not scores.numel():
+        raise TypeError(f"score_fn must return the scores as a non-empty tensor, got {type(scores).__name__}")
     return best / scores.numel()
 
 
@@ -128,9 +130,18 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 
 
 def _require_sequence_fn_input(fn: object, x: Tensor) -> None:
-    """fn must be a function of x, and x one sequence (T, D)."""
+    """fn must be a function of x, and x one non-empty sequence (T, D); fn(x) must be a tensor of
+    output rows (T_out, d_out), which is what each probe compares (T_out may differ from T: a
+    cross-attention's target rows as a function of its source)."""
     require_instance("fn", fn, Callable, "a function of x")
     require_float("x", x, 2, 2)
+    if not len(x):
+        raise ValueError(f"x must hold at least one position, got shape {tuple(x.shape)}")
+    with torch.no_grad():
+        out = fn(x)
+    if not isinstance(out, Tensor) or out.dim() != 2:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"fn must map x of shape {tuple(x.shape)} to output rows (T_out, d_out), got {got}")
 
 
 def future_perturbation(fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0) -> Tensor:

@@ -50,7 +50,7 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     require_count("steps", steps)
     lr = require_number("lr", lr, positive=True)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    label = _progress_label("progress", progress, "training")
+    label = _require_progress("progress", progress, "training")
     if not callable(loss_of_step):
         raise TypeError(f"loss_of_step must be a function of the step number, got {type(loss_of_step).__name__}")
     parameters = _require_parameters("parameters", parameters)
@@ -115,7 +115,7 @@ def _require_parameters(name: str, parameters: object) -> list[Tensor]:
                         f"{type(parameters).__name__}")
     parameters = list(parameters)
     if not parameters:
-        raise ValueError(f"{name} is empty: there is nothing to train")
+        raise ValueError(f"{name} must not be empty: there is nothing to train")
     for i, p in enumerate(parameters):
         if not isinstance(p, Tensor) or not p.is_floating_point():
             got = f"dtype {p.dtype}" if isinstance(p, Tensor) else type(p).__name__
@@ -252,7 +252,7 @@ def progress_bar(total: int, label: str = "training", unit: str = "steps") -> Pr
     return bar
 
 
-def _progress_label(name: str, progress: object, default: str) -> str:
+def _require_progress(name: str, progress: object, default: str) -> str:
     """The bar's label asked for by a `progress` argument: "" (no bar), `default` or the text."""
     if isinstance(progress, bool):
         return default if progress else ""
@@ -311,10 +311,16 @@ def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int 
     (True); beside it, each run in progress by its name in `names` (one per item, default
     "run 1", "run 2", ...) with the step and loss that `train` reached in it.
     """
+    if not callable(job):
+        raise TypeError(f"job must be a function of one item, got {type(job).__name__}")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(f"items must be a list of the runs' inputs (e.g. seeds), got {type(items).__name__}")
     require_count("workers", workers)
     items = list(items)
-    label = _progress_label("progress", progress, "training")
-    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)  # one per item: the callers'
+    label = _require_progress("progress", progress, "training")
+    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must give one name per item: {len(names)} names for {len(items)} items")
     board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
         return _run_in_processes(job, items, workers, board)

@@ -25,7 +25,8 @@ How a call is classified (in this order):
   vague     a ValueError or TypeError raised where it may be, whose message does not name the
             spoilt argument as the caller spelt it (as a word, not as a field "config.d_model")
             or does not say what was expected (the words "must", "expected", "should", or "out
-            of range", which the guards follow with the range).
+            of range" / "does not broadcast", which the guards follow with the range or
+            the shapes).
   clear     the rest: a ValueError or TypeError from the entry point, its guards, or an entry
             point it calls, that names the caller's argument and says what was expected.
 
@@ -54,7 +55,7 @@ import course_lib
 
 LIB = Path(course_lib.__file__).resolve().parent
 VALIDATOR = re.compile(r"^_?(require|check)_")
-EXPECTED = re.compile(r"\b(must|expected|should|out of range)\b")
+EXPECTED = re.compile(r"\b(must|expected|should|out of range|does not broadcast)\b")
 KINDS = ("clear", "vague", "internal", "deep", "silent")
 
 
@@ -527,7 +528,8 @@ def _train_args() -> dict:
 
 
 def _accepts_string(annotation: str) -> bool:
-    return any(word in annotation for word in ("str", "object", "Sequence", "Iterable", "Any", "Callable"))
+    # Measured: claim's measured value, which may be a string
+    return any(word in annotation for word in ("str", "object", "Sequence", "Iterable", "Any", "Callable", "Measured"))
 
 
 def _accepts_none(parameter: inspect.Parameter) -> bool:
@@ -645,14 +647,14 @@ CASES: list[Call] = [
     case("attention_scores", "train_alignment", "steps=0", "steps",
          lambda: A.train_alignment(randn(5, 8), randn(8, 4), randn(8, 4), 0, 1, steps=0)),
     # ---- lesson 02: masks
-    case("masks", "causal_mask", "T=0", "T", lambda: M.causal_mask(0)),
+    case("masks", "causal_mask", "T=-1", "T", lambda: M.causal_mask(-1)),
     case("masks", "causal_mask", "S=-1", "S", lambda: M.causal_mask(3, -1)),
     case("masks", "causal_mask", "T=2.5", "T", lambda: M.causal_mask(2.5)),
     case("masks", "padding_mask", "length above S", "lengths", lambda: M.padding_mask([3, 6], 5)),
     case("masks", "padding_mask", "negative length", "lengths", lambda: M.padding_mask([-1, 2], 5)),
     case("masks", "padding_mask", "float lengths", "lengths", lambda: M.padding_mask(torch.tensor([2.0, 3.0]), 5)),
     case("masks", "padding_mask", "side='middle'", "side", lambda: M.padding_mask([2, 3], 5, side="middle")),
-    case("masks", "padding_mask", "empty lengths", "lengths", lambda: M.padding_mask([], 5)),
+    case("masks", "padding_mask", "lengths a string", "lengths", lambda: M.padding_mask("35", 5)),
     case("masks", "padding_mask", "2-D lengths", "lengths", lambda: M.padding_mask(torch.ones(2, 2, dtype=torch.int64), 5)),
     case("masks", "combine_masks", "no masks", "masks", lambda: M.combine_masks()),
     case("masks", "combine_masks", "float mask", "masks", lambda: M.combine_masks(bool_ones(3, 3), torch.ones(3, 3))),
@@ -670,8 +672,8 @@ CASES: list[Call] = [
          lambda: M.decoder_self_attention(attention.Attention(8), randn(5, 8), [3, 5])),
     case("masks", "cross_attention", "source batch differs", ("target", "source"),
          lambda: M.cross_attention(attention.Attention(8), randn(2, 4, 8), randn(3, 5, 8))),
-    case("masks", "cross_attention", "length 0", "source_lengths",
-         lambda: M.cross_attention(attention.Attention(8), randn(2, 4, 8), randn(2, 5, 8), [0, 5])),
+    case("masks", "cross_attention", "length above S", "source_lengths",
+         lambda: M.cross_attention(attention.Attention(8), randn(2, 4, 8), randn(2, 5, 8), [6, 5])),
     case("masks", "AdditiveScorer", "d_hidden=0", "d_hidden", lambda: M.AdditiveScorer(4, 4, 0)),
     case("masks", "AdditiveScorer.forward", "q of the wrong width", "q", lambda: M.AdditiveScorer(4, 4, 6)(randn(3, 3), randn(5, 4))),
     case("masks", "AdditiveScorer.forward", "int k", "k",
@@ -703,12 +705,12 @@ CASES: list[Call] = [
     case("measure", "seconds_per_score", "score_fn returns a number", "score_fn",
          lambda: measure.seconds_per_score(lambda q, k: 1.0, randn(3, 4), randn(5, 4), repeats=1)),
     case("measure", "future_perturbation", "rank-3 x", "x", lambda: measure.future_perturbation(lambda x: x, randn(2, 4, 3))),
-    case("measure", "future_perturbation", "fn changes the length", "fn",
-         lambda: measure.future_perturbation(lambda x: x[:2], randn(4, 3))),
+    case("measure", "future_perturbation", "fn returns one row", "fn",
+         lambda: measure.future_perturbation(lambda x: x[0], randn(4, 3))),
     case("measure", "future_perturbation", "seed=-1", "seed", lambda: measure.future_perturbation(lambda x: x, randn(4, 3), seed=-1)),
     case("measure", "influence_matrix", "int x", "x",
          lambda: measure.influence_matrix(lambda x: x, torch.ones(4, 3, dtype=torch.int64))),
-    case("measure", "influence_matrix", "fn returns another length", "fn", lambda: measure.influence_matrix(lambda x: x[:2], randn(4, 3))),
+    case("measure", "influence_matrix", "fn returns a number", "fn", lambda: measure.influence_matrix(lambda x: x.sum(), randn(4, 3))),
     case("measure", "prefix_outputs", "empty x", "x", lambda: measure.prefix_outputs(lambda x: x, randn(0, 3))),
     case("measure", "prefix_outputs", "fn returns a number", "fn", lambda: measure.prefix_outputs(lambda x: 1.0, randn(4, 3))),
     # ---- lesson 02: model
@@ -822,7 +824,7 @@ CASES: list[Call] = [
     case("positional_encoding", "block_rotation", "scales of the wrong length", "scales",
          lambda: positional_encoding.block_rotation(randn(2), torch.ones(3))),
     case("positional_encoding", "frequencies", "odd d_model", "d_model", lambda: positional_encoding.frequencies(7)),
-    case("positional_encoding", "frequencies", "base=1", "base", lambda: positional_encoding.frequencies(8, base=1.0)),
+    case("positional_encoding", "frequencies", "base=-10", "base", lambda: positional_encoding.frequencies(8, base=-10.0)),
     case("positional_encoding", "frequencies", "base nan", "base", lambda: positional_encoding.frequencies(8, base=math.nan)),
     case("positional_encoding", "wavelength", "j out of range", "j", lambda: positional_encoding.wavelength(8, 4)),
     case("positional_encoding", "sinusoidal_encoding", "negative position count", "positions",
@@ -886,9 +888,10 @@ CASES: list[Call] = [
          lambda: normalization.rms_norm(randn(2, 3, 4), torch.ones(2))),
     case("normalization", "LayerNorm.forward", "wrong width", "x", lambda: normalization.LayerNorm(4)(randn(2, 3, 5))),
     case("normalization", "RMSNorm.forward", "wrong width", "x", lambda: normalization.RMSNorm(4)(randn(2, 3, 5))),
-    case("normalization", "RMSNorm", "eps=0", "eps", lambda: normalization.RMSNorm(4, eps=0.0)),
+    case("normalization", "RMSNorm", "eps=-1", "eps", lambda: normalization.RMSNorm(4, eps=-1.0)),
     case("normalization", "normalize_tokens", "kind='group'", "kind", lambda: normalization.normalize_tokens("group", randn(2, 3, 4))),
-    case("normalization", "normalize_tokens", "rank-2 x", "x", lambda: normalization.normalize_tokens("layer", randn(3, 4))),
+    case("normalization", "normalize_tokens", "mask with kind='layer'", "mask",
+         lambda: normalization.normalize_tokens("layer", randn(2, 3, 4), mask=bool_ones(2, 3))),
     case("normalization", "dependence_mask", "index of the wrong length", "index",
          lambda: normalization.dependence_mask(lambda x: x, randn(2, 3, 4), (0, 1))),
     case("normalization", "dependence_mask", "index out of range", "index",

@@ -491,7 +491,7 @@ def test_padding_mask_rejects_lengths_longer_than_s():
 
 
 def test_padding_mask_rejects_negative_and_float_lengths():
-    with pytest.raises(ValueError, match="each length must be >= 0, got each length=-1"):
+    with pytest.raises(ValueError, match="lengths must be >= 0, got lengths=-1"):
         padding_mask([3, -1], 4)
     with pytest.raises(TypeError, match=r"lengths must hold integers, got dtype torch.float32"):
         padding_mask(torch.tensor([3.0, 1.0]), 4)
@@ -541,7 +541,7 @@ def test_attention_layer_rejects_a_mask_of_the_wrong_shape():
 
 def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
     layer = Attention(4)
-    with pytest.raises(ValueError, match=r"target \(2, 5, 4\) and source \(3, 3, 4\) need the same batch size"):
+    with pytest.raises(ValueError, match=r"target \(2, 5, 4\) and source \(3, 3, 4\) must have the same batch size"):
         cross_attention(layer, torch.randn(2, 5, 4), torch.randn(3, 3, 4))
     with pytest.raises(ValueError, match=r"target must have 3 dimensions, got shape \(5, 4\)"):
         decoder_self_attention(layer, torch.randn(5, 4))
@@ -638,11 +638,11 @@ def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     layer, x = Attention(4), torch.randn(2, 3, 4)
     with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got AdditiveScorer"):
         encoder_self_attention(AdditiveScorer(4, 4, 4), x)
-    with pytest.raises(ValueError, match="source_lengths has 3 lengths but the batch has B=2 sequences"):
+    with pytest.raises(ValueError, match="source_lengths must give one length per sequence: 3 lengths for a batch of B=2 sequences"):
         encoder_self_attention(layer, x, [1, 2, 3])
-    with pytest.raises(ValueError, match="target_lengths has 1 lengths but the batch has B=2"):
+    with pytest.raises(ValueError, match="target_lengths must give one length per sequence: 1 lengths for a batch of B=2"):
         decoder_self_attention(layer, x, [1])
-    with pytest.raises(TypeError, match="each length must be an int, got bool True"):
+    with pytest.raises(TypeError, match="lengths must be an int, got bool True"):
         cross_attention(layer, x, x, [True, 2])
     with pytest.raises(TypeError, match="source must be a floating-point tensor, got dtype torch.int64"):
         encoder_self_attention(layer, torch.ones(2, 3, 4, dtype=torch.long))

@@ -386,13 +386,13 @@ def test_permute_tokens_rejects_a_permutation_of_the_wrong_length():
 
 def test_linear_rejects_mismatched_weight_bias_and_dtypes():
     x = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) needs 4 rows .* x has shape \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) must have 4 rows .* x has shape \(3, 4\)"):
         linear(x, torch.zeros(5, 2), name="w_q")
     with pytest.raises(ValueError, match=r"b_q must have shape \(2,\) to match w_q's 2 columns, got shape \(3,\)"):
         linear(x, torch.zeros(4, 2), torch.zeros(3), name="w_q")
-    with pytest.raises(TypeError, match=r"b_v has dtype torch\.float64 but x has dtype torch\.float32"):
+    with pytest.raises(TypeError, match=r"b_v must have x's dtype torch\.float32, got torch\.float64"):
         linear(x, torch.zeros(4, 2), torch.zeros(2, dtype=torch.float64), name="w_v")
-    with pytest.raises(TypeError, match=r"weight has dtype torch\.float64 but x has dtype torch\.float32"):
+    with pytest.raises(TypeError, match=r"weight must have x's dtype torch\.float32, got torch\.float64"):
         linear(x, torch.zeros(4, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch\.int64"):
         linear(torch.zeros(3, 4, dtype=torch.long), torch.zeros(4, 2))
@@ -427,7 +427,7 @@ def test_match_rows_rejects_different_shapes():
     (lambda: random_block(0, 4), ValueError, r"D must be >= 1, got D=0"),
     (lambda: random_block(4, True), TypeError, r"d_ff must be an int, got bool"),
     (lambda: without_biases(random_block(4, 8), "bias"), ValueError,
-     r"projection must be one of .*'query', 'key', 'value', 'out'.*, got 'bias'"),
+     r"projections must be one of .*'query', 'key', 'value', 'out'.*, got 'bias'"),
     (lambda: inverse_permutation(torch.tensor([1.0, 0.0])), TypeError, r"perm must hold integers"),
     (lambda: permute_tokens(torch.zeros(3, 2), [0, 2.0, 1]), TypeError, r"perm must hold integer indices, got 2\.0"),
     (lambda: permutation_matrix([True, False]), TypeError, r"perm must hold integer indices, got True"),

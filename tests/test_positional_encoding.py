@@ -240,7 +240,8 @@ def test_rotary_scheme_gives_apply_ropes_digits_for_every_shape_and_dtype_it_has
 
 
 def test_adam_of_the_training_loop_is_the_per_parameter_rule_to_1e_12():
-    """course_lib.training.Adam against Adam written out one parameter at a time (float64)."""
+    """course_lib.training.Adam against Adam written out one parameter at a time (float64); a
+    parameter's step count t counts only the steps on which it had a gradient, as in torch."""
     from course_lib.training import Adam
 
     gen = torch.Generator().manual_seed(4)
@@ -249,18 +250,20 @@ def test_adam_of_the_training_loop_is_the_per_parameter_rule_to_1e_12():
     ref, start = [p.clone() for p in ours], [p.clone() for p in ours]
     m, v = [torch.zeros_like(p) for p in ref], [torch.zeros_like(p) for p in ref]
     rule, (b1, b2), lr, eps = Adam(ours, 0.02), (0.9, 0.999), 0.02, 1e-8
+    steps = [0] * len(ref)
     for t in range(1, 61):
         for i, (p, r) in enumerate(zip(ours, ref)):
             grad = torch.randn(p.shape, generator=gen, dtype=torch.float64) * (1 + t % 7)
             p.grad = None if (i == 2 and t % 3 == 0) else grad  # a parameter without a gradient
             r.grad = p.grad
         rule.step()
-        for r, m_i, v_i in zip(ref, m, v):
+        for i, (r, m_i, v_i) in enumerate(zip(ref, m, v)):
             if r.grad is None:
                 continue
+            steps[i] += 1
             m_i.mul_(b1).add_(r.grad, alpha=1 - b1)
             v_i.mul_(b2).addcmul_(r.grad, r.grad, value=1 - b2)
-            r.sub_(lr * (m_i / (1 - b1 ** t)) / ((v_i / (1 - b2 ** t)).sqrt() + eps))
+            r.sub_(lr * (m_i / (1 - b1 ** steps[i])) / ((v_i / (1 - b2 ** steps[i])).sqrt() + eps))
     assert max(float((p - r).abs().max()) for p, r in zip(ours, ref)) < 1e-12
     assert min(float((p - r).abs().max()) for p, r in zip(ours, start)) > 0.1  # every one moved
 

@@ -137,7 +137,7 @@ def test_bad_arguments_are_named(kwargs, error, message):
     ({"betas": (0.9,)}, TypeError, "betas must be a pair"),
     ({"betas": (0.9, float("nan"))}, ValueError, "betas must be finite"),
     ({"eps": 0.0}, ValueError, "eps must be positive"),
-    ({"parameters": []}, ValueError, "parameters is empty"),
+    ({"parameters": []}, ValueError, "parameters must not be empty"),
 ])
 def test_adams_bad_settings_are_named(kwargs, error, message):
     arguments = {"parameters": [torch.zeros(2)], "lr": 0.1} | kwargs
@@ -146,7 +146,7 @@ def test_adams_bad_settings_are_named(kwargs, error, message):
 
 
 def test_no_parameters_is_named():
-    with pytest.raises(ValueError, match="parameters is empty"):
+    with pytest.raises(ValueError, match="parameters must not be empty"):
         train(lambda _: torch.tensor(0.0), [], steps=1, lr=0.1)
 
 
