@@ -155,6 +155,8 @@ def require_width(name: str, x: Tensor, width: int) -> None:
 
 def require_length_fits(T: int, max_len: int, table: str, name: str = "sequence length") -> None:
     """T positions (of `name`) fit a table (or model) with rows for positions 0..max_len-1."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int):  # no call: this runs at every forward
+        raise TypeError(f"max_len must be an int, got {type(max_len).__name__} {max_len!r}")
     if T > max_len:  # lesson 04 prints this message
         raise ValueError(f"{name} T={T} must be at most max_len={max_len} of this {table}: it has rows for "
                          f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")

@@ -175,7 +175,8 @@ class SinusoidalPositionalEncoding(Positions):
         """add(x, start), checked: x (..., T, D) must fit the table's width and rows start .. start + T - 1."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
-        require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len, "sinusoidal table")
+        require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len, "sinusoidal table",
+                            "start + the length of x")
         return self.add(x, start)
 
     def add(self, x: Tensor, start: int = 0) -> Tensor:
