@@ -2,15 +2,16 @@
 
 One module per lesson, imported by its notebook; a lesson's module imports only the modules
 of earlier lessons (and torch), so the layers of the code follow the course:
-    attention_scores     01  softmax, scores, THE attention (mask, bias, scale), the Attention layer
-                             (n_heads heads, lesson 08)
+    attention_scores     01  softmax, scores, THE attention (mask, bias, scale)
+    attention            01  the Attention layer: projections, n_heads heads (lesson 08), KV cache
     masks                02  padding and causal masks, the three uses of attention, additive
                              attention
-    measure              02  what a computation costs (OperationCounter, per score, timed) and
-                             whether a layer is causal (perturbation, gradients, prefixes)
     model                02  the course's model: config, FeedForward, Block, the decoder-only
-                             and encoder-decoder models, weights and masks to and from torch,
-                             training
+                             and encoder-decoder models
+    torch_copy           02  weights to and from torch's modules, refused when they differ
+    measure              02  what a computation costs (OperationCounter, per score, timed),
+                             whether a layer is causal (perturbation, gradients, prefixes), and
+                             what the causal mask is for (next-token training)
     permutation          03  permutation symmetry and what each bias does
     positional_encoding  04  sinusoidal, learned and rotary positions, ALiBi
     normalization        05  BatchNorm, LayerNorm and RMSNorm written out; post-LN vs pre-LN
@@ -23,7 +24,7 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     attention_graph      10  attention as a weighted graph, rollout through layers; the
                              modern Hopfield update as attention and its energy
 Beneath every lesson: guards (input checks with clear errors), training (the one training
-loop), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
+loop, and the training of a model of token ids), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
 (live widgets, one module per lesson) and checks/ (the exercises' visible checks).
 
 Dimension names, the same in every docstring and shape comment:

@@ -1,9 +1,10 @@
 """Lesson 01: queries, keys, values, the score matrix, and the course's one attention path.
 
 Everything that attends in course_lib comes through here: `softmax` is the one (masked)
-softmax, `scaled_dot_product_attention` the one attention computation, and `Attention` the one
-layer with projections. Later lessons build their variants (masked, biased, rotated, cross,
-deliberately broken) by passing arguments to these, never by writing attention again.
+softmax, `scaled_dot_product_attention` the one attention computation (course_lib.attention's
+layer, with its projections and heads, runs the same lines). Later lessons build their variants
+(masked, biased, rotated, cross, deliberately broken) by passing arguments to these, never by
+writing attention again.
 
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
@@ -12,17 +13,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_dim,
-                     require_float, require_index, require_mask, require_number, require_same_dtype,
-                     require_tensor, require_width)
+from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_dim, require_float,
+                     require_index, require_mask, require_number, require_same_dtype)
 from .training import train
-
-Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: bool = True) -> Tensor:
@@ -33,6 +31,7 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
     stable=False drops the max subtraction: the naive exp(x) / sum exp(x) that overflows.
     """
     require_float("logits", logits)
+    require_bool("stable", stable)
     dim = require_dim("logits", logits, dim)
     if logits.dim() > 0 and logits.shape[dim] == 0:
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
@@ -46,22 +45,15 @@ def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Ten
     if mask is not None:
         logits = logits.masked_fill(~mask, -math.inf)
     if stable:
-        # softmax ignores a constant added to a slice, so subtracting the maximum changes nothing
-        # but keeps exp() from overflowing. A slice of only -inf has maximum -inf; clamping it to
-        # the most negative float keeps exp(-inf - max) = 0 instead of exp(nan).
+        # Subtracting each slice's maximum changes no weight but keeps exp() from overflowing; an
+        # all -inf slice gets the most negative float as maximum, so exp gives 0, not NaN.
         row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        # exp_ overwrites the difference this same line has just made, which nothing else holds:
-        # one intermediate of the scores' size less to allocate and fill (most of the cost at
-        # long sequences). Autograd allows it (the subtraction keeps no copy of its output), so
-        # does vmap (the tensor is new and batched like logits).
-        exps = (logits - row_max).exp_()
+        exps = (logits - row_max).exp_()  # in place on a new tensor: one scores-sized buffer less
     else:
         exps = logits.exp()
     total = exps.sum(dim=dim, keepdim=True)
-    # Stable: total >= 1 wherever a finite logit is left (its maximum gives exp(0) = 1), so clamping
-    # at 1 changes only the slices with none left: dividing by 1 instead of 0 gives zeros, and a
-    # gradient of 0 (not 0 * inf = NaN). One call, as attention runs this at every step. Naive: a
-    # total can be anywhere in (0, 1), so only an exact 0 becomes 1.
+    # A slice with no finite logit sums to 0 (stable: any other sums to >= 1): dividing it by 1
+    # gives zero weights and a zero gradient instead of NaN.
     total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
     return exps / total
 
@@ -105,11 +97,11 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     scale=None uses 1/sqrt(d_k); scale=1.0 gives the raw dot products.
     """
     check_qkv(q, k)
+    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     return _scores(q, k, scale)
 
 
-def _scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
-    scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
+def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     # Scaling q (T x d_k numbers) is cheaper than scaling the scores (T x S numbers).
     return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
 
@@ -124,7 +116,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     (..., T, S)); output row t is sum_s weights[t, s] v_s. A query with no allowed key gets zero
     weights and a zero output row (not NaN).
     """
-    batch = check_qkv(q, k, v)
+    batch = check_qkv(q, k, require_float("v", v, min_rank=2))
     scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     check_mask_and_bias(mask, bias, tuple(batch) + (q.shape[-2], k.shape[-2]))
     return _attend(q, k, v, mask, bias, scale)
@@ -158,109 +150,6 @@ def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: 
         require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
 
 
-def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h."""
-    heads = x.unflatten(-1, (n_heads, x.shape[-1] // n_heads))  # (..., T, H, d_head)
-    return heads.transpose(-3, -2)  # (..., H, T, d_head)
-
-
-def merge_heads(x: Tensor) -> Tensor:
-    """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
-    return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
-
-
-class Attention(nn.Module):
-    """Attention with its four projections and n_heads heads (nanoGPT style, no dropout).
-
-    Self-attention: layer(x) with x: (..., T, D). Cross-attention: layer(x, memory) with
-    memory: (..., S, d_memory); queries come from x, keys and values from memory. d_k and d_v
-    are the total query/key and value widths (default d_model). n_heads=None is lesson 01's one
-    head. n_heads=H splits the widths evenly into H heads (lesson 08) and the scores get a head
-    axis: head h owns rows h*d_k/H .. (h+1)*d_k/H - 1 of query and key (the same share of value)
-    and the same columns of out, and scales its scores by 1/sqrt(d_k/H); n_heads=1 computes what
-    n_heads=None does, with a head axis of size 1.
-    `rotate(q, k) -> (q, k)` turns queries and keys by position (RoPE, lesson 04); `bias` is
-    added to the scores (an additive mask, ALiBi). mask and bias broadcast to the scores:
-    (..., T, S) without heads, (..., H, T, S) with them ((T, S) and (B, 1, T, S) are the same for
-    every head, (1, H, T, S) is one per head). Returns (output (..., T, D), weights (..., T, S)
-    without heads, (..., H, T, S) with them).
-    """
-
-    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 d_memory: int | None = None, bias: bool = False, n_heads: int | None = None):
-        super().__init__()
-        require_count("d_model", d_model)
-        H = 1 if n_heads is None else require_count("n_heads", n_heads)
-        d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
-                              (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
-        for name, width in (("d_k", d_k), ("d_v", d_v)):
-            if width % H:
-                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads")
-        require_bool("bias", bias)
-        self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
-        self.d_head, self.d_value_head = d_k // H, d_v // H
-        self.query = nn.Linear(d_model, d_k, bias=bias)
-        self.key = nn.Linear(d_memory, d_k, bias=bias)
-        self.value = nn.Linear(d_memory, d_v, bias=bias)
-        self.out = nn.Linear(d_v, d_model, bias=bias)
-
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-        self.check_input(x, memory, mask, bias)
-        return self.attend(x, memory, mask, bias, rotate)
-
-    def attend(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-               bias: Tensor | None = None, rotate: Rotation | None = None,
-               cache: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """forward without the input checks, for a caller that checked its own input (a Block).
-
-        cache (lesson 09's KV cache, a dict, empty at the first call): self-attention appends the
-        new positions' keys and values to the kept ones; cross-attention projects memory once.
-        """
-        if cache is not None and memory is not None and "k" in cache:  # memory was projected at the first call
-            q, k, v = self.query(x), cache["k"], cache["v"]
-        else:
-            q, k, v = self.project(x, memory)  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
-            if cache is not None:  # kept keys and values first, then the new positions'
-                k = cache["k"] = torch.cat([cache["k"], k], -2) if "k" in cache else k
-                v = cache["v"] = torch.cat([cache["v"], v], -2) if "v" in cache else v
-        if self.n_heads is not None:
-            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
-        if rotate is not None:
-            q, k = rotate(q, k)
-        out, weights = _attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
-        return self.out(out if self.n_heads is None else merge_heads(out)), weights  # (..., T, D)
-
-    def project(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """q from x, k and v from memory (or from x itself): (..., T, d_k), (..., S, d_k), (..., S, d_v)."""
-        source = x if memory is None else memory  # self-attention reads its own input
-        return self.query(x), self.key(source), self.value(source)
-
-    def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None) -> None:
-        """Raise, naming what the caller passed, unless x, memory, mask and bias fit this layer."""
-        require_float("x", x, min_rank=2)
-        require_width("x", x, self.d_model)
-        source, source_name = x, "x"
-        if memory is not None:
-            require_float("memory", memory, min_rank=2)
-            require_width("memory", memory, self.d_memory)
-            require_same_dtype(x=x, memory=memory)
-            source, source_name = memory, "memory"
-        if source.shape[-2] == 0:
-            raise ValueError(f"{source_name} of shape {tuple(source.shape)} has no positions to attend to (S = 0)")
-        batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
-                                tuple(source.shape[:-2]))
-        heads = () if self.n_heads is None else (self.n_heads,)
-        shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])
-        for name, t in (("mask", mask), ("bias", bias)):
-            ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
-            if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
-                raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
-                                 f"{self.n_heads}. Pass (B, 1, T, S) for one {name} per sequence, or (1, H, T, S) "
-                                 "for one per head")
-        check_mask_and_bias(mask, bias, shape)
-
-
 def entropy(weights: Tensor, dim: int = -1) -> Tensor:
     """Shannon entropy (nats) of probability rows along `dim`; 0 * log 0 counts as 0.
 
@@ -278,7 +167,8 @@ def check_projections(x: Tensor, **weights: Tensor) -> None:
     for name, w in weights.items():
         if require_float(name, w, 2, 2).shape[0] != x.shape[-1] or w.shape[1] == 0:
             raise ValueError(f"{name} of shape {tuple(w.shape)} needs {x.shape[-1]} rows (x's last dimension D) "
-                             f"and a column or more: x has shape {tuple(x.shape)}")
+                             f"and a column or more: x has shape {tuple(x.shape)}, so {name} must be "
+                             f"({x.shape[-1]}, width)")
     require_same_dtype(x=x, **weights)
     if weights["w_q"].shape[1] != weights["w_k"].shape[1]:
         raise ValueError(f"w_q {tuple(weights['w_q'].shape)} and w_k {tuple(weights['w_k'].shape)} must give the "
@@ -338,6 +228,7 @@ def softmax_saturation(d_k: int, scaled: bool, n_queries: int = 256, n_keys: int
     q is what a query projection learns from. A one-hot row passes back (almost) nothing.
     """
     require_count("d_k", d_k)
+    require_bool("scaled", scaled)
     require_count("n_queries", n_queries)
     require_count("n_keys", n_keys)
     require_count("seed", seed, minimum=0)

@@ -30,7 +30,10 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
+
+from .guards import require_number
 
 WIDTH = 96  # the notebook shows about 125 characters; keep lines well inside it
 _INDENT = "  "
@@ -111,14 +114,27 @@ class Bounds:
         return Bounds(self.parts + (other.parts if isinstance(other, Bounds) else (other,)))
 
 
+def _require_real(name: str, value: object) -> float:
+    """A number or a one-element tensor, as a float; NaN and infinities stay what they are."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be a number or a one-element tensor, got a tensor of shape "
+                            f"{tuple(value.shape)} and dtype {value.dtype}")
+        return value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # float("0.9") would pass a string
+        raise TypeError(f"{name} must be a number or a one-element tensor, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def at_least(value: float | Tensor, limit: float) -> Bound:
-    """The test value >= limit, with its margin (see `Bound`)."""
-    return Bound(float(value), float(limit), +1)
+    """The test value >= limit, with its margin (see `Bound`). A NaN value fails the test (and
+    the claim, which shows it); the limit must be a finite number."""
+    return Bound(_require_real("value", value), require_number("limit", limit), +1)
 
 
 def at_most(value: float | Tensor, limit: float) -> Bound:
     """The test value <= limit, with its margin (see `Bound`)."""
-    return Bound(float(value), float(limit), -1)
+    return Bound(_require_real("value", value), require_number("limit", limit), -1)
 
 
 Holds = bool | Tensor | Bound | Bounds
@@ -137,18 +153,76 @@ def _report(verdict: str, statement: str, holds: Holds, measured: Measured,
     print(text)
 
 
+def _require_holds(holds: object) -> None:
+    """holds must be True or False, a one-element bool tensor, or a Bound(s). Not a string
+    ("False" is true), a number (is 0.5 true?), NaN (true in Python) or None."""
+    if isinstance(holds, (bool, Bound, Bounds)):
+        return
+    if isinstance(holds, Tensor):
+        if holds.dtype == torch.bool and holds.numel() == 1:
+            return
+        raise TypeError(f"holds must be a one-element bool tensor, got a tensor of shape {tuple(holds.shape)} "
+                        f"and dtype {holds.dtype} (use .all() or .any() to say which)")
+    raise TypeError(f"holds must be True or False, a one-element bool tensor, or at_least(...) / at_most(...), "
+                    f"got {type(holds).__name__} {holds!r}")
+
+
+def _require_measured_value(name: str, value: object, text: bool = True) -> None:
+    """One measured value: a number (a one-element tensor is one: lessons measure with tensor
+    reductions, and .item() on each would only add noise) or, if `text`, a string. A NaN is
+    shown as it is: it is what was measured, and the claim's test says whether it holds."""
+    if isinstance(value, str) and text:
+        return
+    kinds = "a number, a one-element tensor or a string" if text else "a number or a one-element tensor"
+    if isinstance(value, Tensor) and value.numel() != 1:
+        raise TypeError(f"{name} must be {kinds}, got a tensor of shape {tuple(value.shape)}: "
+                        f"reduce it to the number the claim is about")
+    if isinstance(value, bool) or not isinstance(value, (int, float, Tensor)) or (
+            isinstance(value, Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{name} must be {kinds}, got {type(value).__name__} {value!r}")
+
+
+def _require_measured(measured: object) -> None:
+    """measured must be a number, a string, a mapping of label -> number (or string), or a list of
+    numbers (a curve, one value per setting): what the lesson prints as evidence."""
+    if isinstance(measured, Mapping):
+        for label, value in measured.items():
+            if not isinstance(label, str):
+                raise TypeError(f"measured's labels must be strings, got {type(label).__name__} {label!r}")
+            _require_measured_value(f"measured[{label!r}]", value)
+    elif isinstance(measured, (list, tuple)):
+        if not measured:
+            raise ValueError("measured must not be an empty list: it is what the claim shows")
+        for i, value in enumerate(measured):
+            _require_measured_value(f"measured[{i}]", value, text=False)
+    else:
+        _require_measured_value("measured", measured)
+
+
+def _check_claim(statement: object, holds: object, measured: object, bound: object) -> None:
+    """What claim and demonstrate take; each wrong kind is named before anything prints."""
+    if not isinstance(statement, str) or not statement.strip():
+        raise TypeError(f"statement must be a non-empty string (what is claimed), got {statement!r}")
+    if not isinstance(bound, str):
+        raise TypeError(f"bound must be a string (what the measured value was held to), got {bound!r}")
+    _require_holds(holds)
+    _require_measured(measured)
+
+
 def claim(statement: str, holds: Holds, *, measured: Measured, bound: str = "") -> None:
     """Print `statement` with its bound and measured value, or raise if `holds` is false.
 
-    `holds` is a bool, a one-element tensor, or a `Bound` (`at_least`, `at_most`) when the
-    claim compares a measured number with a limit. `measured` is what the computation found (a
-    number, a list of numbers, a mapping of label -> number, or a short string built with
-    `fmt`); `bound` says what it was held to.
+    `holds` is True or False, a one-element bool tensor, or a `Bound` (`at_least`, `at_most`)
+    when the claim compares a measured number with a limit. `measured` is what the computation
+    found: a finite number (or one-element tensor), a short string built with `fmt`, a mapping
+    of label -> number, or a list of numbers; `bound` says what it was held to.
     """
+    _check_claim(statement, holds, measured, bound)
     _report("checked", statement, holds, measured, bound)
 
 
 def demonstrate(statement: str, holds: Holds, *, measured: Measured,
                 bound: str = "") -> None:
     """Like `claim`, for a statement true by construction: shown, not evidence."""
+    _check_claim(statement, holds, measured, bound)
     _report("by construction", statement, holds, measured, bound)

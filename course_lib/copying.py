@@ -19,12 +19,14 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from .attention_scores import Attention, attention_scores, scaled_dot_product_attention
-from .guards import (require_count, require_float, require_float_dtype, require_index, require_instance,
-                     require_integer, require_number, require_same_shape)
+from .attention import Attention
+from .attention_scores import attention_scores, scaled_dot_product_attention
+from .guards import (broadcast_shape, require_bool, require_count, require_float, require_float_dtype,
+                     require_index, require_instance, require_integer, require_number, require_same_dtype,
+                     require_same_shape)
 from .masks import causal_mask
-from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
-from .training import train
+from .model import DecoderOnly, ModelConfig, require_ids
+from .training import IGNORE, train, train_tiny_model
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
 BOS = 0  # the induction data's first token: it never appears again, so nothing copies it
@@ -66,6 +68,8 @@ def position_copy_head(d_model: int, offset: int, tokens: slice, positions: slic
     position_range = _require_slice("positions", positions, d_model)
     write_range = token_range if write is None else _require_slice("write", write, d_model)
     gap = require_number("gap", gap, non_negative=True)
+    require_bool("bias", bias)
+    require_float_dtype("dtype", dtype)
     _require_offset(offset, len(position_range))  # 0 would copy the query's own token
     if _overlap(token_range, position_range) or _overlap(write_range, position_range):
         raise ValueError(f"tokens={tokens!r} and write={write!r} must not overlap positions={positions!r}: the "
@@ -100,10 +104,20 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
     Induction head, second layer: match_from = the token, match_to = "the token before me"
     (written by a previous-token head), tokens = the token: it copies what followed last time.
     Returns Attention(d_model, bias=bias) (d_k = d_v = D; biases zero), frozen, in `dtype`.
-    Only hand_set_induction_model calls it, with its own slices: it trusts them.
+    match_from may overlap tokens (the induction head matches on the token it copies).
     """
-    ranges = {name: range(part.start, part.stop) for name, part in
+    require_count("d_model", d_model)
+    ranges = {name: _require_slice(name, part, d_model) for name, part in
               (("match_from", match_from), ("match_to", match_to), ("tokens", tokens), ("write", write))}
+    for a, b, role in (("match_from", "match_to", "query and key compare them coordinate by coordinate"),
+                       ("tokens", "write", "write receives the copied token code")):
+        if len(ranges[a]) != len(ranges[b]):
+            raise ValueError(f"{a}={ranges[a].start}:{ranges[a].stop} (width {len(ranges[a])}) and "
+                             f"{b}={ranges[b].start}:{ranges[b].stop} (width {len(ranges[b])}) must be "
+                             f"equally wide: {role}")
+    gap = require_number("gap", gap, non_negative=True)
+    require_bool("bias", bias)
+    require_float_dtype("dtype", dtype)
     head = _zero_head(d_model, bias, dtype)
     with torch.no_grad():
         sharp = gap * math.sqrt(d_model)  # the layer divides by sqrt(d_k) = sqrt(D)
@@ -119,7 +133,7 @@ def content_copy_head(d_model: int, match_from: slice, match_to: slice, tokens: 
 
 
 def _zero_head(d_model: int, bias: bool, dtype: torch.dtype) -> Attention:
-    require_float_dtype("dtype", dtype)  # position_copy_head's caller chose it
+    """An Attention(d_model) with every weight 0, in dtype: the hand-set heads fill in theirs."""
     head = Attention(d_model, bias=bias).to(dtype)
     with torch.no_grad():
         for p in head.parameters():
@@ -148,6 +162,8 @@ def token_codes(vocab_size: int, width: int, seed: int = 0) -> Tensor:
 def coherence(codes: Tensor) -> float:
     """Largest |cos| between two different rows of codes (V, W): 0 if orthogonal, 1 for a repeat."""
     require_float("codes", codes, 2, 2)
+    if len(codes) < 2:
+        raise ValueError(f"codes must have at least two rows (two codes to compare), got shape {tuple(codes.shape)}")
     unit = codes / codes.norm(dim=-1, keepdim=True)
     cosines = (unit @ unit.T).abs().fill_diagonal_(0.0)  # (V, V)
     return float(cosines.max())
@@ -207,6 +223,8 @@ def hand_set_copy_model(codes: Tensor, max_len: int, offset: int = 1, gap: float
     require_float("codes", codes, 2, 2)
     V, W = codes.shape
     require_count("max_len", max_len, minimum=2)
+    _require_offset(offset, max_len)
+    require_bool("positions", positions)
     D = W + max_len  # the hand-set solution needs a coordinate per position beside the code
     config = ModelConfig(vocab_size=V, max_len=max_len, d_model=D, causal=offset < 0,
                         positions="learned" if positions else "none", residual=False)
@@ -243,8 +261,11 @@ def hand_set_induction_model(codes: Tensor, max_len: int, gap: float = 20.0) -> 
 # ---------------------------------------------------------------- data
 
 def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) -> Batches:
-    """make_batch: random ids (B, T); the target at i is the token at i + offset (else IGNORE).
-    Trusts its sizes: train_copy_model checked them."""
+    """make_batch: random ids (B, T); the target at i is the token at i + offset (else IGNORE)."""
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=2)
+    require_count("vocab_size", vocab_size)
+    _require_offset(offset, length)
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
@@ -254,15 +275,20 @@ def copy_batch(n_sequences: int, length: int, vocab_size: int, offset: int = 1) 
 
 
 def _require_offset(offset: object, length: int) -> int:
-    """A source offset: a nonzero int with |offset| < length."""
-    if type(offset) is not int or offset == 0 or abs(offset) >= length:
-        raise ValueError(f"offset must be a nonzero int shorter than the sequence (T={length}), got {offset!r}")
+    """A source offset: a nonzero int with |offset| < length (0 would copy each token onto itself)."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
+    if offset == 0 or abs(offset) >= length:
+        raise ValueError(f"offset must be a nonzero int shorter than the sequence (|offset| < T={length}), "
+                         f"got offset={offset}")
     return offset
 
 
 def copy_targets(ids: Tensor, offset: int) -> Tensor:
-    """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside: (B, T). Trusts its input."""
+    """targets[b, i] = ids[b, i + offset], IGNORE where i + offset is outside: ids (B, T) -> (B, T)."""
+    require_integer("ids", ids, 2, 2)
     T = ids.shape[-1]
+    _require_offset(offset, T)
     targets = ids.roll(-offset, dims=-1)  # (B, T): position i gets the token at i + offset
     if offset > 0:
         targets[:, T - offset:] = IGNORE
@@ -318,8 +344,8 @@ def induction_batch(n_sequences: int, length: int, vocab_size: int,
     lo, hi = prefix
     room = {L: min(hi, length - 2 * L - 1, vocab_size - 1 - L) for L in periods}  # largest P per L
     if min(room.values()) < lo:
-        raise ValueError(f"periods {periods!r} with at least lo={lo} filler tokens need P + 2 L + 1 <= length="
-                         f"{length} and P + L <= vocab_size - 1 = {vocab_size - 1}")
+        raise ValueError(f"periods {periods!r} must fit with at least lo={lo} filler tokens: P + 2 L + 1 <= "
+                         f"length={length} and P + L <= vocab_size - 1 = {vocab_size - 1}")
     period_choices = torch.tensor(periods)
     largest = torch.tensor([room[L] for L in periods])
 
@@ -375,11 +401,23 @@ def repeat_once_batch(n_sequences: int, length: int, vocab_size: int) -> Batches
 
 # ---------------------------------------------------------------- measurements
 
+def _require_scored(model: object, ids: object, targets: object) -> Tensor:
+    """model a DecoderOnly, ids and targets (B, T) integers with at least one target; returns
+    where the targets are (B, T) bool."""
+    require_instance("model", model, DecoderOnly)
+    require_integer("ids", ids, 2, 2)
+    require_same_shape("targets", require_integer("targets", targets, 2, 2), "ids", ids)
+    keep = targets != IGNORE
+    if not keep.any():
+        raise ValueError(f"targets must hold at least one target (a value other than IGNORE={IGNORE}): "
+                         "there is nothing to score")
+    return keep
+
+
 @torch.no_grad()
 def copy_accuracy(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
     """Share of the targets (not IGNORE) that are the model's top answer. ids, targets: (B, T)."""
-    require_same_shape("targets", require_integer("targets", targets, 2, 2), "ids", ids)
-    keep = targets != IGNORE
+    keep = _require_scored(model, ids, targets)
     return float((model(ids).argmax(-1)[keep] == targets[keep]).double().mean())
 
 
@@ -390,11 +428,20 @@ def copy_accuracies(model: DecoderOnly, batches: list[tuple[Tensor, Tensor]]) ->
     The batches share T; they are run as one (sum B_k, T) batch, which costs one call's Python
     overhead instead of one per batch.
     """
-    if not batches:
-        raise ValueError("batches is empty: there is nothing to measure")
+    require_instance("model", model, DecoderOnly)
+    if not isinstance(batches, (list, tuple)) or not batches:
+        raise ValueError(f"batches must be a non-empty list of (ids, targets) pairs, got {batches!r}")
+    for k, batch in enumerate(batches):
+        if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+            raise TypeError(f"batches must hold (ids, targets) pairs, got {type(batch).__name__} at position {k}")
+        require_integer(f"batches[{k}] ids", batch[0], 2, 2)
+        require_same_shape(f"batches[{k}] targets", require_integer(f"batches[{k}] targets", batch[1], 2, 2),
+                           f"batches[{k}] ids", batch[0])
+        if batch[0].shape[-1] != batches[0][0].shape[-1]:
+            raise ValueError(f"batches must share one length T: batches[{k}] has {batch[0].shape[-1]}, "
+                             f"batches[0] {batches[0][0].shape[-1]}")
     ids = torch.cat([b[0] for b in batches])  # (N, T)
     targets = torch.cat([b[1] for b in batches])
-    require_integer("targets", targets, 2, 2)
     keep = targets != IGNORE  # (N, T)
     right = (model(ids).argmax(-1) == targets) & keep
     sizes = [len(b[0]) for b in batches]
@@ -409,8 +456,7 @@ def copy_lead(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
     target is the model's top answer (copy_accuracy 1); its size says how far the model is
     from getting one wrong.
     """
-    require_same_shape("targets", require_integer("targets", targets, 2, 2), "ids", ids)
-    keep = targets != IGNORE
+    keep = _require_scored(model, ids, targets)
     logits = model(ids)[keep]  # (N, V): the positions that have a target
     wanted = targets[keep][:, None]  # (N, 1)
     others = logits.scatter(1, wanted, -math.inf).amax(-1)  # (N,): the best wrong token
@@ -423,6 +469,8 @@ def weight_on_source(weights: Tensor, offset: int) -> Tensor:
     weights (B, T, T) -> (T - |offset|,).
     """
     require_float("weights", weights, 3, 3)
+    if weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be self-attention weights (B, T, T), got shape {tuple(weights.shape)}")
     _require_offset(offset, weights.shape[-1])
     return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(0)
 
@@ -461,28 +509,30 @@ def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
 
 @torch.no_grad()
 def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = "") -> Tensor:
-    """Layer 2's attention weights (B, T, T) for ids (B, T), with one input of it cut off.
+    """Layer 2's attention weights (B, [H,] T, T) for ids (B, T), with one input of it cut off.
 
     embedding_only = "key" computes layer 2's keys from the embedding (tokens + positions)
-    alone, without layer 1's output, its queries and values from the full residual stream: the
+    alone, without layer 1's output, its queries from the full residual stream: the
     K-composition test (Elhage et al. 2021). "query" does the same to the queries; "" changes
-    nothing. Needs a two-layer DecoderOnly with a residual stream and learned positions.
+    nothing. Needs a DecoderOnly with 2 layers or more and a residual stream. Layer 2 runs its own
+    attention (heads, rotation, score bias, pre-LN norm) on the two inputs.
     """
     if not isinstance(model, DecoderOnly) or len(model.layers) < 2 or not model.config.residual:
-        raise ValueError("second_layer_weights needs a DecoderOnly with 2 layers and a residual stream")
+        raise ValueError(f"model must be a DecoderOnly with 2 layers or more and a residual stream (second_layer_weights "
+                         f"needs them), got {type(model).__name__}")
     if embedding_only not in ("", "key", "query"):
         raise ValueError(f"embedding_only must be '', 'key' or 'query', got {embedding_only!r}")
-    require_integer("ids", ids, 2, 2)
-    T = ids.shape[-1]
-    mask = causal_mask(T) if model.config.causal else None
-    embedded = model.positions.add(model.tokens(ids))  # (B, T, D): what layer 1 reads
-    residual = model.layers[0](embedded, mask, bias=model.positions.score_bias(T), rotate=model.positions.rotate)[0]
-    head = model.layers[1].attention
-    q = head.query(embedded if embedding_only == "query" else residual)  # (B, T, D)
-    k = head.key(embedded if embedding_only == "key" else residual)
-    _, weights = scaled_dot_product_attention(q, k, head.value(residual), mask,
-                                              bias=model.positions.score_bias(T))
-    return weights
+    T, first, second = require_ids(ids, model.config), model.layers[0], model.layers[1]
+    mask, bias = causal_mask(T) if model.config.causal else None, model.positions.score_bias(T)  # (T, T)
+    embedded = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, T, D): layer 1 reads it
+    residual = first.run(embedded, mask, bias=bias, rotate=model.positions.rotate)[0]  # (B, T, D)
+    queries_from = embedded if embedding_only == "query" else residual
+    keys_from = embedded if embedding_only == "key" else residual
+    # Layer 2 as cross-attention from queries_from to keys_from: the weights need no values
+    _, weights = second.attention.attend(second.before(second.attention_norm, queries_from),
+                                         second.before(second.attention_norm, keys_from), mask, bias,
+                                         model.positions.rotate)
+    return weights  # (B, [H,] T, T)
 
 
 def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:
@@ -518,6 +568,15 @@ def ov_copy_scores(ov: Tensor) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- training
 
+def _require_sizes(vocab_size: int, length: int, d_model: int, seed: int, batch: int) -> None:
+    """The sizes a training run of this lesson takes, named as its caller spelt them."""
+    require_count("vocab_size", vocab_size, minimum=2)
+    require_count("length", length, minimum=2)
+    require_count("d_model", d_model)
+    require_count("seed", seed, minimum=0)
+    require_count("batch", batch)
+
+
 def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, offset: int = 1,
                      steps: int = 100, lr: float = 0.005, seed: int = 0, batch: int = 64
                      ) -> tuple[DecoderOnly, list[float]]:
@@ -529,11 +588,11 @@ def train_copy_model(vocab_size: int = 16, length: int = 8, d_model: int = 32, o
     become tiny, now and then kick the model out of the solution for a few steps: the held-out
     accuracy dips below 96% on some seeds, at steps that move with the CPU's rounding.
     """
+    _require_sizes(vocab_size, length, d_model, seed, batch)
+    _require_offset(offset, length)
     model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
                                  causal=offset < 0,
                                  seed=seed)).to(torch.float64)
-    require_count("batch", batch)  # the config checked vocab_size and length
-    _require_offset(offset, length)
     losses = train_tiny_model(model, copy_batch(batch, length, vocab_size, offset), steps, lr, seed)
     return model, losses
 
@@ -550,11 +609,14 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
     only works once the block has come back twice. progress=True shows a bar labelled
     "induction" with the step and the loss (a string names the task otherwise).
     """
+    _require_sizes(vocab_size, length, d_model, seed, batch)
+    progress = "induction" if progress is True else progress
+    if not (progress is False or isinstance(progress, str)):
+        raise TypeError(f"progress must be True, False or the task's name, got {progress!r}")
     model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_decoder_layers=2,
                                  d_ff=0, seed=seed)).to(torch.float64)
     make_batch = induction_batch(batch, length, vocab_size, periods, prefix)
-    losses = train_tiny_model(model, make_batch, steps, lr, seed,
-                              progress="induction" if progress is True else progress)
+    losses = train_tiny_model(model, make_batch, steps, lr, seed, progress=progress)
     return model, losses
 
 
@@ -568,7 +630,12 @@ def unnormalised_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     of Katharopoulos et al. 2020, which replaces exp(q . k) by phi(q) . phi(k) for a non-negative
     feature map phi and still divides by the sum of the weights, phi(q_t) . sum_s phi(k_s).)
     """
-    scores = attention_scores(q, k, scale=1.0)  # (..., T, S)
+    scores = attention_scores(q, k, scale=1.0)  # (..., T, S); checks q and k
+    require_float("v", v, min_rank=2)
+    require_same_dtype(k=k, v=v)
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have one row per key: k has shape {tuple(k.shape)}, v {tuple(v.shape)}")
+    broadcast_shape("scores", tuple(scores.shape[:-2]), "v", tuple(v.shape[:-2]))  # their batches
     return scores @ v  # (..., T, d_v)
 
 
@@ -647,6 +714,9 @@ def softmax_copy_error(tokens: Tensor, context: Tensor, query: Tensor) -> float:
     """
     _require_copy_problem(tokens, context)
     require_float("query", query, 1, 1)
+    if query.shape[0] != tokens.shape[-1] or query.dtype != tokens.dtype:
+        raise ValueError(f"query {tuple(query.shape)} {query.dtype} must have the width and dtype of tokens "
+                         f"{tuple(tokens.shape)} {tokens.dtype}")
     keys = _keys(tokens, context)  # (n, m + 1, d)
     out, _ = scaled_dot_product_attention(query.expand(len(tokens), 1, -1), keys, keys,
                                           scale=1.0)  # (n, 1, d)

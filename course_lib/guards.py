@@ -55,7 +55,8 @@ def require_dim(name: str, x: Tensor, dim: int) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"dim must be an int, got {type(dim).__name__}")
     if not -x.dim() <= dim < max(x.dim(), 1):
-        raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(x.shape)}")
+        raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(x.shape)}: it must be in "
+                         f"{-max(x.dim(), 1)}..{max(x.dim(), 1) - 1}")
     return dim % max(x.dim(), 1)
 
 
@@ -127,7 +128,7 @@ def require_mask(name: str, mask: object, min_rank: int = 0, max_rank: int | Non
 def require_index(name: str, value: object, size: int, of: str) -> int:
     """value must be an int in 0..size-1: one of `of`'s `size` positions, layers or heads."""
     if require_count(name, value, minimum=0) >= size:
-        raise ValueError(f"{name}={value} is out of range for {size} {of} (0..{size - 1})")
+        raise ValueError(f"{name}={value} is out of range for {size} {of} (0..{size - 1}): it must be one of them")
     return value
 
 
@@ -152,6 +153,15 @@ def require_width(name: str, x: Tensor, width: int) -> None:
         raise ValueError(f"{name} must have last dimension {width}, got shape {tuple(x.shape)}")
 
 
+def require_length_fits(T: int, max_len: int, table: str, name: str = "sequence length") -> None:
+    """T positions (of `name`) fit a table (or model) with rows for positions 0..max_len-1."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int):  # no call: this runs at every forward
+        raise TypeError(f"max_len must be an int, got {type(max_len).__name__} {max_len!r}")
+    if T > max_len:  # lesson 04 prints this message
+        raise ValueError(f"{name} T={T} must be at most max_len={max_len} of this {table}: it has rows for "
+                         f"positions 0..{max_len - 1} only, so positions {max_len}..{T - 1} have no encoding")
+
+
 def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> torch.Size:
     """NumPy's rule, written out: torch.broadcast_shapes imports sympy (half a second) on first use."""
     if a == b:  # the usual case (q and k with the same batch), at every attention call: nothing to pad
@@ -159,7 +169,8 @@ def broadcast_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, 
     n = max(len(a), len(b))
     padded_a, padded_b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     if any(x != y and 1 not in (x, y) for x, y in zip(padded_a, padded_b)):
-        raise ValueError(f"{a_name} of shape {tuple(a)} does not broadcast with {b_name} of shape {tuple(b)}")
+        raise ValueError(f"{a_name} of shape {tuple(a)} does not broadcast with {b_name} of shape {tuple(b)}: each "
+                         "dimension, counted from the last, must be equal or 1 in one of them")
     return torch.Size(y if x == 1 else x for x, y in zip(padded_a, padded_b))
 
 
@@ -167,7 +178,7 @@ def require_broadcasts_to(name: str, x: Tensor, shape: tuple[int, ...], shape_na
     """x must broadcast to `shape` without growing it (a mask or bias over the scores)."""
     if broadcast_shape(name, tuple(x.shape), shape_name, shape) != torch.Size(shape):
         raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the {shape_name}' "
-                         f"shape {tuple(shape)}")
+                         f"shape {tuple(shape)}: it must not grow them")
 
 
 def require_token_ids(name: str, ids: object, vocab_size: int) -> Tensor:

@@ -25,12 +25,12 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Attention
+from .attention import Attention
 from .copying import position_copy_head
 from .guards import (require_bool, require_count, require_float_dtype, require_instance, require_integer, require_items,
                      require_number, require_token_ids)
-from .model import IGNORE, DecoderOnly, ModelConfig, train_tiny_model
-from .training import run_each
+from .model import DecoderOnly, ModelConfig
+from .training import IGNORE, run_each, train_tiny_model
 
 # ---------------------------------------------------------------- the relation world
 

@@ -1,13 +1,13 @@
 """Lesson 02: masks, and the three places a Transformer uses attention.
 
-Dimension names as in course_lib.attention_scores: B batch, T query positions, S key/value
+Dimension names as in course_lib/__init__.py: B batch, T query positions, S key/value
 positions, D model width, d_k, d_v. In a translation model the source has n tokens and
 the target m tokens; cross-attention's score matrix is (m, n).
 
 Boolean masks: True = this query may attend to this key (torch.nn.functional's
 scaled_dot_product_attention uses the same convention). torch.nn.MultiheadAttention's
 boolean `attn_mask` and `key_padding_mask` use the opposite one, True = NOT allowed:
-`course_lib.model.to_torch_mha_mask` converts, beside `to_torch`, which builds torch's layer.
+`course_lib.torch_copy.to_torch_mha_mask` converts, beside `to_torch`, which builds torch's layer.
 Additive masks are float: 0 where allowed, -inf where not, added to the scores before the softmax.
 What a score costs and whether a layer is causal are measured in course_lib.measure.
 
@@ -22,10 +22,11 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import Attention, softmax
-from .guards import (broadcast_shape, require_choice, require_count, require_float, require_float_dtype,
-                     require_instance, require_integer, require_mask, require_number, require_same_shape,
-                     require_width)
+from .attention import Attention
+from .attention_scores import softmax
+from .guards import (broadcast_shape, require_broadcasts_to, require_choice, require_count, require_float,
+                     require_float_dtype, require_instance, require_integer, require_mask, require_number,
+                     require_same_shape, require_width)
 from .training import train
 
 # ------------------------------------------------------------------ building masks
@@ -50,11 +51,7 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
     query positions, so the result combines with a (T, S) causal mask into (B, T, S).
     """
     S = require_count("S", S, minimum=0)
-    if isinstance(lengths, Tensor):
-        lengths = require_integer("lengths", lengths, 1, 1).tolist()
-    lengths = [require_count("each length", n, minimum=0) for n in lengths]
-    if any(n > S for n in lengths):
-        raise ValueError(f"lengths {lengths} must each be at most S={S}")
+    lengths = _require_lengths("lengths", lengths, S)
     require_choice("side", side, ("right", "left"))
     positions = torch.arange(S)  # (S,)
     counts = torch.tensor(lengths, dtype=torch.long).reshape(-1, 1)  # (B, 1)
@@ -62,10 +59,23 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
     return real[:, None, :]  # (B, 1, S)
 
 
+def _require_lengths(name: str, lengths: object, S: int) -> list[int]:
+    """B real-token counts (a list or a 1-D integer tensor), each in 0..S; returns them as a list."""
+    if isinstance(lengths, Tensor):
+        lengths = require_integer(name, lengths, 1, 1).tolist()
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+        raise TypeError(f"{name} must be a list of B real-token counts, got {type(lengths).__name__} {lengths!r}")
+    for n in lengths:
+        require_count(name, n, minimum=0)
+    if any(n > S for n in lengths):
+        raise ValueError(f"{name} {lengths} must each be at most S={S}")
+    return list(lengths)
+
+
 def combine_masks(*masks: Tensor) -> Tensor:
     """Logical AND of boolean masks, broadcast together: a key is allowed only if every mask allows it."""
     if not masks:
-        raise ValueError("combine_masks needs at least one mask")
+        raise ValueError("masks must hold at least one mask: combine_masks(mask, ...)")
     combined = None
     for index, mask in enumerate(masks):
         require_mask(f"masks[{index}]", mask)
@@ -87,16 +97,17 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 
 # ------------------------------------------------------------------ one attention layer, three uses
-# The layer is lesson 01's `Attention`; a float (additive) mask goes in as its `bias=`.
+# The layer is course_lib.attention's `Attention`; a float (additive) mask goes in as its `bias=`.
 
 
-def _lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
+def _require_lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
     """padding_mask for x: (B, S, D) from B lengths, or None; the count of lengths must be B."""
     if lengths is None:
         return None
-    mask = padding_mask(lengths, x.shape[1])  # (B', 1, S)
+    mask = padding_mask(_require_lengths(name, lengths, x.shape[1]), x.shape[1])  # (B', 1, S)
     if mask.shape[0] != x.shape[0]:
-        raise ValueError(f"{name} has {mask.shape[0]} lengths but the batch has B={x.shape[0]} sequences")
+        raise ValueError(f"{name} must give one length per sequence: {mask.shape[0]} lengths for a batch of "
+                         f"B={x.shape[0]} sequences")
     return mask
 
 
@@ -106,9 +117,9 @@ def encoder_self_attention(layer: Attention, source: Tensor,
 
     source: (B, n, D) -> output (B, n, D), weights (B, n, n).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
-    require_float("source", source, 3, 3)
-    mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
+    require_width("source", require_float("source", source, 3, 3), layer.d_model)
+    mask = _require_lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(source, mask=mask)
 
 
@@ -118,11 +129,11 @@ def decoder_self_attention(layer: Attention, target: Tensor,
 
     target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
-    require_float("target", target, 3, 3)
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
+    require_width("target", require_float("target", target, 3, 3), layer.d_model)
     mask = causal_mask(target.shape[1])  # (m, m)
     if target_lengths is not None:
-        mask = combine_masks(mask, _lengths_mask("target_lengths", target_lengths, target))  # (B, m, m)
+        mask = combine_masks(mask, _require_lengths_mask("target_lengths", target_lengths, target))  # (B, m, m)
     return layer(target, mask=mask)
 
 
@@ -132,12 +143,13 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
 
     target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
-    require_float("target", target, 3, 3)
-    require_float("source", source, 3, 3)
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
+    require_width("target", require_float("target", target, 3, 3), layer.d_model)
+    require_width("source", require_float("source", source, 3, 3), layer.d_memory)
     if target.shape[0] != source.shape[0]:
-        raise ValueError(f"target {tuple(target.shape)} and source {tuple(source.shape)} need the same batch size B")
-    mask = _lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
+        raise ValueError(f"target {tuple(target.shape)} and source {tuple(source.shape)} must have the same "
+                         "batch size B")
+    mask = _require_lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
     return layer(target, source, mask=mask)
 
 
@@ -209,6 +221,9 @@ def toy_embedding(word: str, language: str) -> Tensor:
     A word and its translation share their meaning coordinate, so their dot product is 1;
     two words of one language share the language coordinate; width D = len(CONCEPTS) + 2.
     """
+    if word not in MEANING:
+        raise ValueError(f"word must be one of the toy vocabulary {sorted(MEANING)}, got {word!r}")
+    require_choice("language", language, ("EN", "FR"))
     x = torch.zeros(len(CONCEPTS) + 2)
     x[CONCEPTS.index(MEANING[word])] = 1.0
     x[len(CONCEPTS) + ("EN", "FR").index(language)] = 1.0
@@ -248,7 +263,9 @@ def fit_additive_scorer(scorer: AdditiveScorer, q: Tensor, k: Tensor, target_wei
     require_instance("scorer", scorer, AdditiveScorer, "an AdditiveScorer")
     scores = scorer(q, k).detach()  # (..., T, S); the scorer checks q and k
     require_same_shape("target_weights", require_float("target_weights", target_weights), "the scores", scores)
-    # mask: the softmax of the first step checks it
+    if mask is not None:
+        require_mask("mask", mask)
+        require_broadcasts_to("mask", mask, tuple(scores.shape), "scores")
     target_weights = target_weights.detach()
     live = target_weights.sum(-1) > 0  # (..., T): rows with at least one allowed key
     wanted = target_weights > 0  # (..., T, S): the keys whose log-weight the loss reads

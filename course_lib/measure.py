@@ -9,7 +9,11 @@ Causality, three probes of a function of a sequence x: (T, D): `future_perturbat
 future, watch the past), `influence_matrix` (gradient norms) and `prefix_outputs` (run each
 prefix alone).
 
-It sits on lesson 02's floor, above masks.py (whose AdditiveScorer it counts).
+What a causal mask is for, measured by training: `train_next_token` trains the course's model
+with and without it and compares teacher forcing with generation.
+
+It sits on lesson 02's floor, above masks.py (whose AdditiveScorer it counts) and model.py (which
+it trains).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .guards import require_choice, require_count, require_float, require_instance
 from .masks import AdditiveScorer
+from .model import DecoderOnly, ModelConfig
+from .training import train_tiny_model
 
 # ------------------------------------------------------------------ what a computation costs
 
@@ -31,13 +37,17 @@ from .masks import AdditiveScorer
 class OperationCounter(TorchDispatchMode):
     """Counts the arithmetic torch actually runs inside a `with` block, by kind of operation.
 
-    Matrix products count m*n*k multiply-adds; add/sub, mul/div and tanh count one per output
-    element; shape-only operations (views, transposes) count nothing; anything else is listed
-    under its own name so that no work goes uncounted. An in-place form (exp_, add_) counts as
-    its plain one: the arithmetic is the same.
+    Every matrix product counts its multiply-adds: (.., m, k) @ (.., k, n) is m*k*n per batch
+    entry, whatever form torch ran it in (mm, a matrix times a vector (mv), a dot product,
+    batched (bmm), with a bias added (addmm, addmv, baddbmm, addbmm)); `@` with broadcasting,
+    `einsum` and `nn.Linear` reach torch as these forms. The bias of the add* forms counts one
+    addition per output element. add/sub, mul/div and tanh count one per output element;
+    shape-only operations (views, transposes) count nothing; anything else is listed under its
+    own name so that no work goes uncounted. An in-place form (exp_, add_) counts as its plain
+    one: the arithmetic is the same.
     """
 
-    MATMULS = ("mm", "bmm", "addmm")
+    MATMULS = ("mm", "bmm", "mv", "dot", "vdot", "addmm", "addmv", "baddbmm", "addbmm")
     KINDS = {"add": "additions", "sub": "additions", "mul": "multiplications", "div": "multiplications",
              "tanh": "tanh"}
     SHAPE_ONLY = ("view", "_unsafe_view", "t", "transpose", "unsqueeze", "squeeze", "expand", "slice",
@@ -60,8 +70,9 @@ class OperationCounter(TorchDispatchMode):
             name = name[:-1]
         if name in self.MATMULS:
             a, b = args[-2], args[-1]  # addmm(bias, a, b): the product is of the last two
-            self.counts["multiply-adds"] += a.numel() * b.shape[-1]  # (.., m, k) @ (.., k, n): m*k*n
-            if name == "addmm":
+            # a: (.., m, k) or (k,); each of its entries meets n entries of b: (.., k, n), or 1 of b: (k,)
+            self.counts["multiply-adds"] += a.numel() * (b.shape[-1] if b.dim() >= 2 else 1)
+            if name.startswith("add"):
                 self.counts["additions"] += out.numel()
         elif name in self.KINDS:
             self.counts[self.KINDS[name]] += out.numel()
@@ -110,6 +121,8 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
             start = time.perf_counter()
             scores = score_fn(q, k)
             best = min(best, time.perf_counter() - start)
+    if not isinstance(scores, Tensor) or not scores.numel():
+        raise TypeError(f"score_fn must return the scores as a non-empty tensor, got {type(scores).__name__}")
     return best / scores.numel()
 
 
@@ -117,9 +130,18 @@ def seconds_per_score(score_fn: Callable[[Tensor, Tensor], Tensor], q: Tensor, k
 
 
 def _require_sequence_fn_input(fn: object, x: Tensor) -> None:
-    """fn must be a function of x, and x one sequence (T, D)."""
+    """fn must be a function of x, and x one non-empty sequence (T, D); fn(x) must be a tensor of
+    output rows (T_out, d_out), which is what each probe compares (T_out may differ from T: a
+    cross-attention's target rows as a function of its source)."""
     require_instance("fn", fn, Callable, "a function of x")
     require_float("x", x, 2, 2)
+    if not len(x):
+        raise ValueError(f"x must hold at least one position, got shape {tuple(x.shape)}")
+    with torch.no_grad():
+        out = fn(x)
+    if not isinstance(out, Tensor) or out.dim() != 2:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(f"fn must map x of shape {tuple(x.shape)} to output rows (T_out, d_out), got {got}")
 
 
 def future_perturbation(fn: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0) -> Tensor:
@@ -160,3 +182,42 @@ def prefix_outputs(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """
     _require_sequence_fn_input(fn, x)
     return torch.stack([fn(x[: t + 1])[-1] for t in range(x.shape[0])])  # (T, d_out)
+
+
+# ------------------------------------------------------------------ what the causal mask is for
+
+
+def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8, d_model: int = 32,
+                     batch: int = 64, seed: int = 0) -> dict[str, float]:
+    """Train a DecoderOnly model to predict the next token of uniformly random sequences (lesson 02).
+
+    No model can beat a loss of ln(vocab) on such data when it only sees the past. Returns
+    the last training loss and, on fresh sequences, two accuracies: teacher forcing (the
+    whole sequence in view at once, as in training) and generation (position t predicted
+    from the prefix of t+1 tokens alone: the future is not written yet).
+    """
+    require_count("T", T, minimum=2)
+    require_count("batch", batch)
+    require_count("vocab", vocab, minimum=2)
+    # float64: the demo's figures then hardly depend on the CPU's kernels or the thread count.
+    model = DecoderOnly(ModelConfig(vocab_size=vocab, max_len=T, d_model=d_model, causal=causal, seed=seed))
+    model = model.to(torch.float64)
+
+    def next_token_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        ids = torch.randint(vocab, (batch, T + 1), generator=generator)
+        return ids[:, :-1], ids[:, 1:]  # inputs, and the token after each of them
+
+    losses = train_tiny_model(model, next_token_batch, steps, seed=seed)
+    with torch.no_grad():
+        ids = torch.randint(vocab, (256, T + 1), generator=torch.Generator().manual_seed(seed + 1))
+        seen_whole = (model(ids[:, :-1]).argmax(-1) == ids[:, 1:]).float().mean().item()
+        generated = torch.stack([model(ids[:, : t + 1])[:, -1].argmax(-1) for t in range(T)], dim=1)  # (256, T)
+        generation = (generated == ids[:, 1:]).float().mean().item()
+    return {"train_loss": losses[-1], "teacher_forcing_accuracy": seen_whole, "generation_accuracy": generation}
+
+
+def next_token_run(run: tuple[bool, int], steps: int = 100) -> dict[str, float]:
+    """train_next_token(causal, steps, seed=seed) for run = (causal, seed): one item for
+    training.run_each, which trains several runs at once in other processes (lesson 02)."""
+    causal, seed = run
+    return train_next_token(causal, steps, seed=seed)

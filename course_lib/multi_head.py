@@ -18,12 +18,12 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from . import attention_scores
-from .attention_scores import Attention
+from .attention import Attention, _merge_heads, _split_heads
 from .guards import require_count, require_float, require_index, require_instance, require_items
 from .measure import OperationCounter
-from .model import IGNORE, DecoderOnly, ModelConfig, to_torch, train_tiny_model
-from .training import run_each
+from .model import DecoderOnly, ModelConfig
+from .torch_copy import to_torch
+from .training import IGNORE, run_each, train_tiny_model
 
 __all__ = ["Attention", "to_torch"]  # the layer and torch's copy of it, as lesson 08 names them
 
@@ -36,14 +36,15 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     require_float("x", x, min_rank=2)
     n_heads = require_count("n_heads", n_heads)
     if x.shape[-1] % n_heads:
-        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} equal heads")
-    return attention_scores.split_heads(x, n_heads)
+        raise ValueError(f"x's last dimension {x.shape[-1]} does not split into n_heads={n_heads} equal heads: "
+                         "n_heads must divide it")
+    return _split_heads(x, n_heads)
 
 
 def merge_heads(x: Tensor) -> Tensor:
     """(..., H, T, d_head) -> (..., T, H * d_head): the layer's own merge, checked; head 0 first."""
     require_float("x", x, min_rank=3)
-    return attention_scores.merge_heads(x)
+    return _merge_heads(x)
 
 
 def _require_head(layer: Attention, head: object) -> int:
@@ -83,7 +84,7 @@ def head_weights(layer: Attention, head: int) -> dict[str, Tensor]:
 
     query, key: (d_head, D) and (d_head, d_memory); value: (d_v/H, d_memory); out: (D, d_v/H).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention_scores.Attention layer")
+    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     head = _require_head(layer, head)
     qk, ov = slice(head * layer.d_head, (head + 1) * layer.d_head), \
         slice(head * layer.d_value_head, (head + 1) * layer.d_value_head)

@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
-from .guards import (require_bool, require_choice, require_count, require_float, require_index, require_instance,
-                     require_mask, require_number, require_same_dtype, require_same_shape, require_tensor,
-                     require_width)
+from .guards import (require_bool, require_broadcasts_to, require_choice, require_count, require_float,
+                     require_index, require_instance, require_mask, require_number, require_same_dtype,
+                     require_same_shape, require_tensor, require_width)
 
 NORM_KINDS = ("batch", "layer", "rms")
 PLACEMENTS = ("post", "pre")
@@ -66,7 +66,8 @@ def batch_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Ten
         flat = flat[mask.reshape(-1)]  # (n, D): padding rows dropped
     count = flat.shape[0]
     if count == 0:
-        raise ValueError(f"mask marks no token as real in x of shape {tuple(x.shape)}: there are no statistics to take")
+        raise ValueError(f"mask must mark at least one token as real, but marks none in x of shape "
+                         f"{tuple(x.shape)}: there are no statistics to take")
     mean = flat.mean(dim=0)  # (D,)
     var = ((flat - mean) ** 2).mean(dim=0)  # (D,)
     return mean, var, count
@@ -77,6 +78,8 @@ def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float) -> Tensor:
     for name, t in (("x", x), ("mean", mean), ("var", var)):
         require_float(name, t)
     eps = require_number("eps", eps, non_negative=True)
+    for name, t in (("mean", mean), ("var", var)):
+        require_broadcasts_to(name, t, tuple(x.shape), "x")
     return (x - mean) / torch.sqrt(var + eps)
 
 
@@ -231,7 +234,7 @@ def normalize_tokens(kind: str, x: Tensor, mask: Tensor | None = None, eps: floa
     if kind == "batch":
         return batch_norm(x, None, None, training=True, eps=eps, mask=mask)
     if mask is not None:
-        raise ValueError(f"mask only applies to kind='batch': {kind} norm takes no statistics across tokens")
+        raise ValueError(f"mask must be None unless kind='batch': {kind} norm takes no statistics across tokens")
     return layer_norm(x, eps=eps) if kind == "layer" else rms_norm(x, eps=eps)
 
 
@@ -329,7 +332,10 @@ def residual_block(d_model: int, d_ff: int, placement: str) -> Block:
     placement "pre"  (GPT-2, nanoGPT):       x = x + attn(LN(x)), then x = x + ffn(LN(x)).
     block(x)[0]: (..., T, D) -> (..., T, D). No mask: every token sees every token.
     """
-    config = ModelConfig(d_model=d_model, d_ff=require_count("d_ff", d_ff), norm=placement, bias=False)
+    require_count("d_model", d_model)
+    require_count("d_ff", d_ff)
+    require_choice("placement", placement, PLACEMENTS)
+    config = ModelConfig(d_model=d_model, d_ff=d_ff, norm=placement, bias=False)
     return Block(config)
 
 
@@ -340,8 +346,10 @@ def block_stack(placement: str, depth: int, d_model: int = 64, d_ff: int = 256,
     The same seed gives the same weights for "post" and "pre", so only the norms' place differs.
     The global random state is left as it was.
     """
-    require_choice("placement", placement, PLACEMENTS)  # residual_block trusts it
+    require_choice("placement", placement, PLACEMENTS)
     require_count("depth", depth)
+    require_count("d_model", d_model)
+    require_count("d_ff", d_ff)
     require_count("seed", seed, minimum=0)
     with torch.random.fork_rng():
         torch.manual_seed(seed)

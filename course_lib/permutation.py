@@ -30,8 +30,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention_scores import project_qkv, scaled_dot_product_attention
-from .guards import (require_choice, require_count, require_float, require_integer, require_number,
-                     require_same_dtype, require_tensor, require_width)
+from .guards import (require_choice, require_count, require_float, require_float_dtype, require_instance,
+                     require_integer, require_number, require_same_dtype, require_tensor, require_width)
 from .model import Block, ModelConfig
 
 # ---------------------------------------------------------------- permutations
@@ -62,9 +62,15 @@ def check_permutation(perm: object, n: int | None = None, name: str = "perm") ->
     return perm.long()
 
 
+def _require_generator(generator: object) -> None:
+    if generator is not None:
+        require_instance("generator", generator, torch.Generator, "a torch.Generator or None")
+
+
 def random_permutation(n: int, generator: torch.Generator | None = None) -> Tensor:
     """A uniformly random permutation of 0..n-1, shape (n,)."""
     require_count("n", n)
+    _require_generator(generator)
     return torch.randperm(n, generator=generator)
 
 
@@ -89,6 +95,7 @@ def permute_tokens(x: Tensor, perm: Tensor) -> Tensor:
 def permutation_matrix(perm: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """The (T, T) 0/1 matrix P with P @ x == permute_tokens(x, perm); P @ P.T = I."""
     perm = check_permutation(perm)
+    require_float_dtype("dtype", dtype)
     return torch.eye(len(perm), dtype=dtype)[perm]  # (T, T)
 
 
@@ -104,7 +111,7 @@ def _require_bias(name: str, bias: Tensor | None, width: int, like: Tensor, weig
         raise ValueError(f"{name} must have shape ({width},) to match {weight_name}'s {width} columns, "
                          f"got shape {tuple(bias.shape)}")
     if bias.dtype != like.dtype:
-        raise TypeError(f"{name} has dtype {bias.dtype} but x has dtype {like.dtype}")
+        raise TypeError(f"{name} must have x's dtype {like.dtype}, got {bias.dtype}")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "weight") -> Tensor:
@@ -116,10 +123,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "w
     require_float("x", x, min_rank=1)
     require_float(name, weight, 2, 2)
     if weight.shape[0] != x.shape[-1]:
-        raise ValueError(f"{name} of shape {tuple(weight.shape)} needs {x.shape[-1]} rows to match x's last "
+        raise ValueError(f"{name} of shape {tuple(weight.shape)} must have {x.shape[-1]} rows to match x's last "
                          f"dimension: x has shape {tuple(x.shape)}")
     if weight.dtype != x.dtype:
-        raise TypeError(f"{name} has dtype {weight.dtype} but x has dtype {x.dtype}")
+        raise TypeError(f"{name} must have x's dtype {x.dtype}, got {weight.dtype}")
     bias_name = "b_" + name[2:] if name.startswith("w_") else "bias"
     _require_bias(bias_name, bias, weight.shape[1], x, name)
     out = x @ weight  # (..., T, D_out)
@@ -158,11 +165,13 @@ def random_block(D: int, d_ff: int, generator: torch.Generator | None = None,
     trains nothing, so the weights take no gradient.
     """
     config = ModelConfig(d_model=require_count("D", D), d_ff=require_count("d_ff", d_ff), norm="post")
+    _require_generator(generator)
+    require_float_dtype("dtype", dtype)
     with torch.random.fork_rng():  # the Block's own initial draw must not move the caller's global seed
         block = Block(config).to(dtype).requires_grad_(False)
     for name, p in block.named_parameters():
         noise = torch.randn(p.shape, generator=generator, dtype=dtype)
-        if name.startswith("norms."):
+        if name.split(".")[0].endswith("_norm"):  # attention_norm, ffn_norm
             p.copy_(noise * 0.1 + (1.0 if name.endswith("weight") else 0.0))
         elif name.endswith("bias"):
             p.copy_(noise * 0.5)
@@ -174,8 +183,9 @@ def random_block(D: int, d_ff: int, generator: torch.Generator | None = None,
 def without_biases(block: Block, *projections: str) -> Block:
     """A copy of `block` whose attention has no bias in the named projections ("query", "key",
     "value", "out"); `block` is left as it is."""
+    require_instance("block", block, Block)
     for name in projections:
-        require_choice("projection", name, PROJECTIONS)
+        require_choice("projections", name, PROJECTIONS)
     variant = copy.deepcopy(block)
     for name in projections:
         getattr(variant.attention, name).bias = None  # nn.Linear then adds nothing
@@ -186,8 +196,8 @@ class ResPostBlock(Block):
     """x = x + LN(f(x)): each sublayer's output is normalized, the residual stream never is. The
     layout the lesson's source post gives (Swin v2 calls it res-post-norm); made by res_post."""
 
-    def after(self, i: int, x: Tensor, out: Tensor) -> Tensor:
-        return x + self.norms[i](out)
+    def after(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+        return x + norm(out)
 
 
 class TokenNorm(nn.LayerNorm):
@@ -199,6 +209,7 @@ class TokenNorm(nn.LayerNorm):
 
 def res_post(block: Block) -> ResPostBlock:
     """A copy of the post-LN `block` in the res-post layout: the same weights, the norms moved."""
+    require_instance("block", block, Block)
     variant = copy.deepcopy(block)
     variant.__class__ = ResPostBlock  # same modules and weights; only `after` differs
     return variant
@@ -206,9 +217,11 @@ def res_post(block: Block) -> ResPostBlock:
 
 def with_token_norms(block: Block) -> Block:
     """A copy of `block` whose norms take their statistics over every token (TokenNorm)."""
+    require_instance("block", block, Block)
     variant = copy.deepcopy(block)
-    for norm in variant.norms:
-        norm.__class__ = TokenNorm  # same gain and shift; only the statistics differ
+    for norm in (variant.attention_norm, variant.cross_norm, variant.ffn_norm):
+        if norm is not None:
+            norm.__class__ = TokenNorm  # same gain and shift; only the statistics differ
     return variant
 
 

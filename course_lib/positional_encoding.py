@@ -25,11 +25,11 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (require_choice, require_count, require_float, require_float_dtype, require_index,
-                     require_integer, require_number, require_same_shape, require_width)
-from .model import (IGNORE, DecoderOnly, LearnedPositions, ModelConfig, Positions, require_length_fits,
-                    train_tiny_model)
-from .training import run_each
+from .guards import (require_bool, require_broadcasts_to, require_choice, require_count, require_float,
+                     require_float_dtype, require_index, require_instance, require_integer, require_items,
+                     require_length_fits, require_number, require_same_shape, require_width)
+from .model import DecoderOnly, LearnedPositions, ModelConfig, Positions
+from .training import IGNORE, run_each, train_tiny_model
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
 LearnedPositionalEmbedding = LearnedPositions  # the learned table is lesson 02's, under its usual name
@@ -45,7 +45,7 @@ def _require_even_width(name: str, width: object) -> int:
     return width
 
 
-def _as_positions(positions: int | Tensor, name: str = "positions") -> Tensor:
+def _require_positions(positions: int | Tensor, name: str = "positions") -> Tensor:
     """An int n means positions 0..n-1; a tensor must hold non-negative integers (any shape)."""
     if isinstance(positions, Tensor):
         require_integer(name, positions)
@@ -69,6 +69,7 @@ def rotate_pairs(x: Tensor, angles: Tensor) -> Tensor:
     require_float("x", x, min_rank=1)
     _require_even_width("the last dimension d of x", x.shape[-1])
     require_float("angles", angles)
+    require_broadcasts_to("angles", angles, tuple(x.shape[:-1]) + (x.shape[-1] // 2,), "pairs of x")
     angles = angles.to(torch.float64)
     return _turn(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
 
@@ -125,7 +126,7 @@ def sinusoidal_encoding(positions: int | Tensor, d_model: int, base: float = 100
     returns (T, D) or (..., D). The angles are computed in float64 and cast at the end,
     so large positions keep their accuracy in float32.
     """
-    positions = _as_positions(positions)
+    positions = _require_positions(positions)
     require_float_dtype("dtype", dtype)
     angles = positions.to(torch.float64).unsqueeze(-1) * frequencies(d_model, base)  # (..., D/2)
     # stack then flatten interleaves: sin, cos, sin, cos, ...
@@ -174,7 +175,8 @@ class SinusoidalPositionalEncoding(Positions):
         """add(x, start), checked: x (..., T, D) must fit the table's width and rows start .. start + T - 1."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
-        require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len, "sinusoidal table")
+        require_length_fits(require_count("start", start, minimum=0) + x.shape[-2], self.max_len, "sinusoidal table",
+                            "start + the length of x")
         return self.add(x, start)
 
     def add(self, x: Tensor, start: int = 0) -> Tensor:
@@ -191,7 +193,7 @@ def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 1
     """
     require_float("x", x, min_rank=2)
     d = _require_even_width("the last dimension d of x", x.shape[-1])
-    positions = _as_positions(x.shape[-2] if positions is None else positions)
+    positions = _require_positions(x.shape[-2] if positions is None else positions)
     if positions.shape != (x.shape[-2],):
         raise ValueError(f"positions of shape {tuple(positions.shape)} must have one entry per row of x: x has shape "
                          f"{tuple(x.shape)}")
@@ -240,7 +242,7 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
     favours the nearest keys, most of all the query's own position (distance 0).
     """
     require_float("slopes", slopes, 1, 1)
-    return _alibi(require_count("length", length, minimum=0), slopes)
+    return _alibi(require_count("length", length), slopes)
 
 
 def _alibi(length: int, slopes: Tensor) -> Tensor:
@@ -259,7 +261,7 @@ class ALiBiPositions(Positions):
     def __init__(self, slope: float = 0.5, learned: bool = False):
         super().__init__()
         log_slope = torch.tensor(math.log(require_number("slope", slope, positive=True)))
-        if learned:
+        if require_bool("learned", learned):
             self.log_slope = nn.Parameter(log_slope)
         else:
             self.register_buffer("log_slope", log_slope, persistent=False)
@@ -276,8 +278,12 @@ class ALiBiPositions(Positions):
 
 def positions_for(kind: str, config: ModelConfig, base: float = 10000.0, alibi_slope: float = 0.5,
                   learned_slope: bool = False) -> Positions | None:
-    """The position scheme named `kind` for a model of this config (None: DecoderOnly builds its own).
-    tiny_model checked the kind."""
+    """The position scheme named `kind` for a model of this config (None: DecoderOnly builds its own)."""
+    require_choice("kind", kind, POSITION_KINDS)
+    require_instance("config", config, ModelConfig)
+    base = require_number("base", base, positive=True)
+    alibi_slope = require_number("alibi_slope", alibi_slope, positive=True)
+    require_bool("learned_slope", learned_slope)
     if kind in ("none", "learned"):
         return None  # lesson 02's DecoderOnly builds these itself, seeded by config.seed
     if kind == "sinusoidal":
@@ -295,14 +301,19 @@ def tiny_model(kind: str, base: float = 10000.0, alibi_slope: float = 0.5, learn
     ids: (B, T) -> logits (B, T, V). kind: "none", "learned", "sinusoidal", "rope" or "alibi".
     """
     require_choice("kind", kind, POSITION_KINDS)
+    require_number("base", base, positive=True)
+    require_number("alibi_slope", alibi_slope, positive=True)
+    require_bool("learned_slope", learned_slope)
     settings = ModelConfig(**config, positions=kind)  # the name; the scheme itself is passed below
     return DecoderOnly(settings, positions=positions_for(kind, settings, base, alibi_slope, learned_slope))
 
 
 def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Callable[[torch.Generator],
                                                                                       tuple[Tensor, Tensor]]:
-    """make_batch for train_tiny_model: random ids (B, T), target at t >= 1 is the token at t - 1.
-    Its callers' sizes are checked (previous_token_runs, a model's config)."""
+    """make_batch for train_tiny_model: random ids (B, T), target at t >= 1 is the token at t - 1."""
+    require_count("n_sequences", n_sequences)
+    require_count("length", length, minimum=2)  # position 0 has no previous token: one more is needed
+    require_count("vocab_size", vocab_size)
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         ids = torch.randint(vocab_size, (n_sequences, length), generator=generator)  # (B, T)
@@ -313,6 +324,14 @@ def previous_token_batch(n_sequences: int, length: int, vocab_size: int) -> Call
     return make_batch
 
 
+def _require_fits(name: str, length: object, model: DecoderOnly) -> None:
+    """A sequence length of 2 or more; at most the model's max_len when its positions are a table."""
+    require_count(name, length, minimum=2)
+    if model.config.positions in ("learned", "sinusoidal") and length > model.config.max_len:
+        raise ValueError(f"{name}={length} must be at most the model's max_len={model.config.max_len}: "
+                         f"its {model.config.positions} table has no rows beyond")
+
+
 def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int = 150, lr: float = 0.02,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
@@ -321,6 +340,9 @@ def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int =
     train_length never get a gradient. Returns the final training loss. previous_token_runs checks
     train_length; the model's forward refuses one longer than its max_len.
     """
+    require_instance("model", model, DecoderOnly)
+    _require_fits("train_length", train_length, model)
+    require_count("batch", batch)
     make_batch = previous_token_batch(batch, train_length, model.config.vocab_size)
     return train_tiny_model(model, make_batch, steps, lr, seed)[-1]
 
@@ -332,8 +354,11 @@ def measure_previous_token(model: DecoderOnly, length: int, n_sequences: int = 2
 
     Returns two (length - 1,) tensors; entry i is position t = i + 1: the share of sequences
     whose token t-1 is the model's top answer (chance is 1 / V), and the mean attention
-    weight that query t puts on key t-1. previous_token_runs checks length (its test_length).
+    weight that query t puts on key t-1.
     """
+    require_instance("model", model, DecoderOnly)
+    _require_fits("length", length, model)
+    require_count("seed", seed, minimum=0)
     ids, targets = previous_token_batch(n_sequences, length, model.config.vocab_size)(
         torch.Generator().manual_seed(seed))
     predicted = model(ids).argmax(-1)  # (B, T)
@@ -362,6 +387,9 @@ def previous_token_runs(kinds: Iterable[str], seeds: Iterable[int], train_length
     going on. workers > 1 trains that many runs at once (training.run_each): the same numbers,
     run for run.
     """
+    kinds, seeds = list(require_items("kinds", list(kinds))), list(require_items("seeds", list(seeds)))
+    for kind in kinds:
+        require_choice("kinds", kind, POSITION_KINDS)
     pairs = [(kind, seed) for kind in kinds for seed in seeds]
     require_count("train_length", train_length, minimum=2)
     require_count("test_length", test_length, minimum=2)

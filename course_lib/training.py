@@ -50,10 +50,13 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     require_count("steps", steps)
     lr = require_number("lr", lr, positive=True)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    label = _progress_label("progress", progress, "training")
-    parameters = list(parameters)
-    if not parameters:
-        raise ValueError("parameters is empty: there is nothing to train")
+    label = _require_progress("progress", progress, "training")
+    if not callable(loss_of_step):
+        raise TypeError(f"loss_of_step must be a function of the step number, got {type(loss_of_step).__name__}")
+    parameters = _require_parameters("parameters", parameters)
+    if not any(p.requires_grad for p in parameters):  # frozen ones beside trained ones are fine (a hand-set head)
+        raise ValueError("parameters must include one that requires gradients (requires_grad=True): "
+                         "none would ever move")
     step_rule = Adam(parameters, lr) if optimizer == "adam" else SGD(parameters, lr)
     bar = progress_bar(steps, label, unit="training steps") if label else None
     report = _report_step
@@ -62,6 +65,8 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
     with _subnormals_flushed():
         for step in range(steps):
             loss = loss_of_step(step)
+            if step == 0:  # what the first step returns, every step returns
+                _require_loss(loss)
             for p in parameters:
                 p.grad = None
             loss.backward()
@@ -73,6 +78,16 @@ def train(loss_of_step: Callable[[int], Tensor], parameters: Iterable[nn.Paramet
                 if report is not None:
                     report(step + 1, steps, losses[-1])
     return losses
+
+
+def _require_loss(loss: object) -> None:
+    """What loss_of_step returned must be a one-number float tensor that depends on the parameters."""
+    if not isinstance(loss, Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        got = f"a tensor of shape {tuple(loss.shape)} and dtype {loss.dtype}" if isinstance(loss, Tensor) \
+            else type(loss).__name__
+        raise TypeError(f"loss_of_step must return a one-element float tensor (the loss), got {got}")
+    if not loss.requires_grad:
+        raise ValueError("loss_of_step must return a loss computed from the parameters (it has no gradient)")
 
 
 @contextlib.contextmanager
@@ -93,11 +108,27 @@ def _subnormals_flushed() -> Iterator[None]:
         torch.set_flush_denormal(False)  # torch's default
 
 
+def _require_parameters(name: str, parameters: object) -> list[Tensor]:
+    """parameters must be a non-empty list (or iterable) of floating-point tensors."""
+    if isinstance(parameters, Tensor) or not isinstance(parameters, Iterable):
+        raise TypeError(f"{name} must be a list of tensors (e.g. model.parameters()), got "
+                        f"{type(parameters).__name__}")
+    parameters = list(parameters)
+    if not parameters:
+        raise ValueError(f"{name} must not be empty: there is nothing to train")
+    for i, p in enumerate(parameters):
+        if not isinstance(p, Tensor) or not p.is_floating_point():
+            got = f"dtype {p.dtype}" if isinstance(p, Tensor) else type(p).__name__
+            raise TypeError(f"{name} must hold floating-point tensors, got {got} at position {i}")
+    return parameters
+
+
 class SGD:
     """p <- p - lr * grad."""
 
     def __init__(self, parameters: list[Tensor], lr: float):
-        self.parameters, self.lr = parameters, lr
+        self.parameters = _require_parameters("parameters", parameters)
+        self.lr = require_number("lr", lr, positive=True)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -112,16 +143,29 @@ class Adam:
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  p <- p - lr * m_hat / (sqrt(v_hat) + eps),
     with m_hat = m / (1 - b1^t) and v_hat = v / (1 - b2^t) undoing the zero start.
 
+    t counts the steps of each parameter apart, as torch.optim.Adam does: a parameter that got
+    no gradient on a step (it took no part in that step's loss) is not moved, and its m, v and t
+    wait for its next gradient. With one t for all, its zero start would be undone by a
+    1 - b^t that has grown with steps it never took.
+
     A tiny model's step is per-call overhead, not arithmetic, so m and v are each kept as one
     flat vector (when the parameters share one dtype, as in every model of the course) and a
-    step is one call per operation on all parameters at once. The operations are element-wise,
-    so each number is the same as one parameter at a time.
+    step is one call per operation on all parameters at once, when every parameter has a
+    gradient and the same t. The operations are element-wise, so each number is the same as
+    one parameter at a time.
     """
 
     def __init__(self, parameters: list[Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8):
-        self.parameters, self.lr, self.betas, self.eps = parameters, lr, betas, eps
-        self.t = 0
+        self.parameters = parameters = _require_parameters("parameters", parameters)
+        self.lr = require_number("lr", lr, positive=True)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair (b1, b2), got {betas!r}")
+        self.betas = tuple(require_number("betas", b, non_negative=True) for b in betas)
+        if not all(b < 1 for b in self.betas):
+            raise ValueError(f"betas must each be in [0, 1), got {betas!r}")
+        self.eps = require_number("eps", eps, positive=True)
+        self.steps = [0] * len(parameters)  # parameter i's t: the steps on which it had a gradient
         self.sizes = [p.numel() for p in parameters]
         if len({p.dtype for p in parameters}) == 1:
             self.flat_m = torch.zeros(sum(self.sizes), dtype=parameters[0].dtype)
@@ -136,27 +180,28 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
-        self.t += 1
         live = [i for i, p in enumerate(self.parameters) if p.grad is not None]
-        if not live:
-            return
-        if self.flat_m is not None and len(live) == len(self.parameters):
+        for i in live:
+            self.steps[i] += 1
+        if (self.flat_m is not None and len(live) == len(self.parameters)
+                and min(self.steps) == max(self.steps)):
             grads = torch.cat([p.grad.reshape(-1) for p in self.parameters])  # one vector, like m and v
-            updates = self._updates(self.flat_m, self.flat_v, grads).split(self.sizes)
+            updates = self._updates(self.flat_m, self.flat_v, grads, self.steps[0]).split(self.sizes)
             torch._foreach_sub_(self.parameters, [u.view_as(p) for u, p in zip(updates, self.parameters)])
             return
-        # some parameter got no gradient (its m and v stay as they are) or the dtypes differ: one
-        # parameter at a time
+        # some parameter got no gradient (its m, v and t stay as they are), the t differ or the
+        # dtypes do: one parameter at a time
         for i in live:
-            self.parameters[i].sub_(self._updates(self.m[i], self.v[i], self.parameters[i].grad))
+            p = self.parameters[i]
+            p.sub_(self._updates(self.m[i], self.v[i], p.grad, self.steps[i]))
 
-    def _updates(self, m: Tensor, v: Tensor, grad: Tensor) -> Tensor:
-        """Update m and v in place with the gradient; return lr * m_hat / (sqrt(v_hat) + eps)."""
+    def _updates(self, m: Tensor, v: Tensor, grad: Tensor, t: int) -> Tensor:
+        """Update m and v in place with the gradient; return lr * m_hat / (sqrt(v_hat) + eps) at step t."""
         b1, b2 = self.betas
         m.mul_(b1).add_(grad, alpha=1 - b1)
         v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        denominator = (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps)
-        return (m / (1 - b1 ** self.t)).mul_(self.lr).div_(denominator)
+        denominator = (v / (1 - b2 ** t)).sqrt_().add_(self.eps)
+        return (m / (1 - b1 ** t)).mul_(self.lr).div_(denominator)
 
 
 class Progress:
@@ -207,7 +252,7 @@ def progress_bar(total: int, label: str = "training", unit: str = "steps") -> Pr
     return bar
 
 
-def _progress_label(name: str, progress: object, default: str) -> str:
+def _require_progress(name: str, progress: object, default: str) -> str:
     """The bar's label asked for by a `progress` argument: "" (no bar), `default` or the text."""
     if isinstance(progress, bool):
         return default if progress else ""
@@ -266,10 +311,16 @@ def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int 
     (True); beside it, each run in progress by its name in `names` (one per item, default
     "run 1", "run 2", ...) with the step and loss that `train` reached in it.
     """
+    if not callable(job):
+        raise TypeError(f"job must be a function of one item, got {type(job).__name__}")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(f"items must be a list of the runs' inputs (e.g. seeds), got {type(items).__name__}")
     require_count("workers", workers)
     items = list(items)
-    label = _progress_label("progress", progress, "training")
-    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)  # one per item: the callers'
+    label = _require_progress("progress", progress, "training")
+    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must give one name per item: {len(names)} names for {len(items)} items")
     board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
         return _run_in_processes(job, items, workers, board)
@@ -331,3 +382,33 @@ def _run_reporting(job: Callable[[Item], Result], index: int, item: Item) -> Res
 
     with _reporting_to(None if sink is None else report):
         return job(item)
+
+
+# ------------------------------------------------------------------ training a model of token ids
+
+IGNORE = -100  # a target that no loss is taken on (F.cross_entropy's ignore_index)
+
+
+def train_tiny_model(model: nn.Module, make_batch: Callable[[torch.Generator], tuple[Tensor, Tensor]],
+                     steps: int, lr: float = 3e-2, seed: int = 0, progress: bool | str = False) -> list[float]:
+    """Train `model` (ids (B, T) -> logits (B, T, V), as course_lib.model's DecoderOnly) in place on
+    batches from make_batch(generator) -> (ids (B, T), targets (B, T)).
+
+    The loss is the cross-entropy of the model's logits at every position whose target is not
+    IGNORE. The data generator is seeded by `seed`. Returns every step's loss. progress: as
+    in `train` (True, or the task's name for the bar).
+    """
+    if not isinstance(model, nn.Module) or not callable(make_batch):
+        raise TypeError(f"model must be an nn.Module and make_batch a function generator -> (ids, targets), got "
+                        f"{type(model).__name__} and {type(make_batch).__name__}")
+    if not isinstance(progress, (bool, str)):
+        raise TypeError(f"progress must be True, False or the task's name, got {type(progress).__name__}")
+    generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
+
+    def loss_of_step(_: int) -> Tensor:
+        ids, targets = make_batch(generator)
+        logits = model(ids)  # (B, T, V)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           ignore_index=IGNORE)
+
+    return train(loss_of_step, model.parameters(), steps, lr, progress=progress)

@@ -1,14 +1,14 @@
 """Lesson 09: the Transformer, assembled from the course's pieces and trained on a CPU.
 
 The model is course_lib/model.py's EncoderDecoder: one Block class (encoder blocks without
-cross-attention, decoder blocks with it), lesson 01's attention with n_heads heads, lesson 02's
+cross-attention, decoder blocks with it), course_lib.attention's layer with n_heads heads, lesson 02's
 masks, and here lesson 04's sinusoidal table for the positions; training goes through
 course_lib.training.train. `transformer_config` gives the lesson's sizes and `transformer`
 builds the model.
 
 With dropout 0 and ReLU, a block is torch's nn.TransformerEncoderLayer (no cross-attention) or
 nn.TransformerDecoderLayer (with it), post-LN or pre-LN (torch's norm_first), and the model's
-core is nn.Transformer: model.from_torch copies their weights in and the tests compare outputs
+core is nn.Transformer: torch_copy.from_torch copies their weights in and the tests compare outputs
 and gradients. After the model: the toy tasks (reverse, sort), greedy decoding (with or without
 a KV cache), the lesson's measurements (the FFN's share, parallel vs sequential, rank collapse
 without residuals, post-LN vs pre-LN), and a reverser whose weights are set by hand.
@@ -26,11 +26,12 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (require_bool, require_choice, require_count, require_instance, require_integer, require_mask,
-                     require_number, require_same_shape)
+from .guards import (require_bool, require_choice, require_count, require_instance, require_integer,
+                     require_length_fits, require_mask, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
-from .model import Block, EncoderDecoder, FeedForward, ModelConfig, from_torch, require_ids, require_length_fits
+from .model import Block, EncoderDecoder, FeedForward, ModelConfig, require_ids
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
+from .torch_copy import from_torch
 from .training import run_each, train
 
 __all__ = ["Block", "FeedForward"]  # the model's pieces, as lesson 09 names them
@@ -256,7 +257,7 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     require_instance("model", model, nn.Module, "an nn.Module")
     counts: dict[str, int] = {}
     for name, p in model.named_parameters():
-        part = next((k for k in ("attention", "ffn", "norm") if k in name), name.split(".")[0])
+        part = next((k for k in ("norm", "attention", "ffn") if k in name), name.split(".")[0])
         counts[part] = counts.get(part, 0) + p.numel()
     return counts
 
@@ -377,7 +378,7 @@ def hand_set_reverser(length: int = 8, vocab_size: int = 11, max_len: int = 16,
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
-        for norm in [*block.norms, model.encoder_norm, model.decoder_norm]:
+        for norm in [block.attention_norm, block.cross_norm, block.ffn_norm, model.encoder_norm, model.decoder_norm]:
             norm.weight.fill_(1.0)
         model.tokens.weight[torch.arange(vocab_size), token_cols[:vocab_size]] = token_scale
         cross = block.cross_attention

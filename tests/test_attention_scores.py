@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention_scores import (DEAD_GRADIENT, Attention, attention_scores, dot_product_moments, entropy,
+from course_lib.attention_scores import (DEAD_GRADIENT, attention_scores, dot_product_moments, entropy,
                                   naive_softmax, project_qkv, scaled_dot_product_attention, softmax,
                                   softmax_saturation, train_alignment)
 from tensors import DTYPES, TOL, random_qkv
@@ -286,10 +286,6 @@ BAD_INPUT = {
                      ValueError, "lr must be finite"),
     "d_k of the variance": (lambda: dot_product_moments(0), ValueError, "d_k must be >= 1, got d_k=0"),
     "n_keys of the saturation": (lambda: softmax_saturation(8, True, n_keys=2.5), TypeError, "n_keys must be an int"),
-    "layer d_k": (lambda: Attention(8, d_k=0), ValueError, "d_k must be >= 1, got d_k=0"),
-    "layer input": (lambda: Attention(8)(torch.ones(3, 8, dtype=torch.long)), TypeError,
-                    "x must be a floating-point tensor"),
-    "layer width": (lambda: Attention(8)(torch.randn(3, 6)), ValueError, r"x must have last dimension 8, got shape \(3, 6\)"),
 }
 
 

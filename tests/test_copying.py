@@ -19,7 +19,9 @@ from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, 
                              train_induction_model, unnormalised_attention, unnormalised_copy_fit,
                              weight_on_source)
 from course_lib.masks import causal_mask
-from course_lib.model import IGNORE
+from course_lib.model import DecoderOnly, ModelConfig
+from course_lib.positional_encoding import RotaryPositions
+from course_lib.training import IGNORE
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -279,6 +281,28 @@ def test_second_layer_weights_cut_off_layer_1():
         second_layer_weights(hand_set_copy_model(token_codes(4, 4), 5, 1), ids[:, :5] % 4)
 
 
+@pytest.mark.parametrize("n_heads, norm", [(None, "none"), (2, "pre"), (4, "post")])
+def test_second_layer_weights_runs_layer_2s_own_attention(n_heads, norm):
+    """Heads, RoPE's rotation and pre-LN were ignored by a second copy of the attention: now the
+    uncut weights are the model's own, and cutting an input that equals the residual changes nothing."""
+    config = ModelConfig(vocab_size=7, max_len=9, d_model=8, n_heads=n_heads, norm=norm, n_decoder_layers=2,
+                         d_ff=8 if norm != "none" else 0, seed=3)
+    model = DecoderOnly(config, RotaryPositions()).double()
+    ids = torch.randint(7, (3, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(ids)
+        torch.testing.assert_close(second_layer_weights(model, ids), model.layer_weights[1], atol=1e-12, rtol=0)
+        cut = second_layer_weights(model, ids, "key")
+        assert cut.shape == model.layer_weights[1].shape and (cut - model.layer_weights[1]).abs().max() > 1e-3
+        silent = DecoderOnly(ModelConfig(**{**config.__dict__, "norm": "none", "d_ff": 0}), RotaryPositions()).double()
+        silent.layers[0].attention.out.weight.zero_()  # layer 1 adds nothing: its output is its input
+        silent.layers[0].attention.out.bias.zero_()
+        silent(ids)
+        for cut_off in ("", "key", "query"):
+            torch.testing.assert_close(second_layer_weights(silent, ids, cut_off), silent.layer_weights[1],
+                                       atol=1e-12, rtol=0)
+
+
 def test_copy_accuracies_is_copy_accuracy_per_batch():
     model = hand_set_copy_model(token_codes(16, 16), 24, offset=-4)  # right only when L = 5
     gen = torch.Generator().manual_seed(0)
@@ -300,7 +324,7 @@ def test_copy_targets_and_every_token_everywhere():
     ids, targets = every_token_everywhere(5, 4, -1)
     pairs = {(int(ids[r, q + -1]), q - 1) for r, q in (targets != IGNORE).nonzero().tolist()}
     assert pairs == {(v, s) for v in range(5) for s in range(3)}
-    with pytest.raises(ValueError, match="offset"):  # copy_batch and copy_targets trust the trainer's check
+    with pytest.raises(ValueError, match="offset"):
         train_copy_model(length=5, offset=5, steps=1)
     with pytest.raises(ValueError, match="offset"):
         every_token_everywhere(5, 4, -4)
@@ -314,6 +338,89 @@ def test_copy_targets_and_every_token_everywhere():
         unnormalised_copy_fit(torch.ones(3, 2, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
     batch = copy_batch(3, 5, 7, 1)(torch.Generator().manual_seed(0))
     assert torch.equal(batch[1], copy_targets(batch[0], 1))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    # offset 0 made every target the token itself: a "copy" that any model gets right
+    (lambda: copy_targets(torch.arange(12).view(2, 6), 0), ValueError, r"offset must be a nonzero int.*got offset=0"),
+    (lambda: copy_targets(torch.arange(12).view(2, 6), 6), ValueError, r"\|offset\| < T=6"),
+    (lambda: copy_targets(torch.arange(12).view(2, 6), -6), ValueError, r"\|offset\| < T=6"),
+    (lambda: copy_targets(torch.arange(12).view(2, 6), 1.0), TypeError, "offset must be an int, got float"),
+    (lambda: copy_targets(torch.arange(12.0).view(2, 6), 1), TypeError, "ids must hold integers, got dtype torch.float32"),
+    (lambda: copy_targets(torch.ones(2, 6, dtype=torch.bool), 1), TypeError, "ids must hold integers"),
+    (lambda: copy_targets(torch.arange(6), 1), ValueError, r"ids must have 2 dimensions, got shape \(6,\)"),
+    (lambda: copy_batch(3, 5, 7, 0), ValueError, "offset must be a nonzero int"),
+    (lambda: copy_batch(3, 5, 7, 5), ValueError, "offset must be a nonzero int"),
+    (lambda: copy_batch(0, 5, 7, 1), ValueError, "n_sequences must be >= 1"),
+])
+def test_copy_targets_refuses_offset_0_and_float_ids_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize("widths, error, match", [
+    # match widths 2 and 3 used to take 2 of the 3 key coordinates, silently
+    (dict(match_from=slice(0, 2), match_to=slice(2, 5)), ValueError,
+     r"match_from=0:2 \(width 2\) and match_to=2:5 \(width 3\) must be equally wide"),
+    (dict(match_from=slice(0, 3), match_to=slice(3, 5)), ValueError, r"match_from=0:3 \(width 3\)"),
+    (dict(tokens=slice(5, 7), write=slice(7, 8)), ValueError, r"tokens=5:7 \(width 2\) and write=7:8 \(width 1\)"),
+    (dict(match_to=slice(2, 12)), ValueError, r"match_to must be a slice .* d_model=10"),
+    (dict(tokens=slice(5, 3)), ValueError, "tokens must be a slice"),
+    (dict(write=(7, 9)), ValueError, "write must be a slice"),
+    (dict(d_model=0), ValueError, "d_model must be >= 1"),
+    (dict(gap=float("nan")), ValueError, "gap must be finite"),
+    (dict(bias=1), TypeError, "bias must be True or False"),
+    (dict(dtype=torch.int64), TypeError, "dtype must be a floating-point torch.dtype"),
+])
+def test_content_copy_head_refuses_mismatched_widths_by_name(widths, error, match):
+    from course_lib.copying import content_copy_head
+    args = dict(d_model=10, match_from=slice(0, 2), match_to=slice(2, 4), tokens=slice(5, 7), write=slice(7, 9))
+    with pytest.raises(error, match=match):
+        content_copy_head(**(args | widths))
+
+
+def test_content_copy_head_with_equal_widths_matches_every_coordinate():
+    """The head it builds compares all of match_from with all of match_to: a key whose match_to
+    equals the query's match_from in every coordinate wins, one that agrees in all but one loses."""
+    from course_lib.copying import content_copy_head
+    head = content_copy_head(9, slice(0, 3), slice(3, 6), slice(6, 7), slice(7, 8), gap=60.0, dtype=torch.float64)
+    x = torch.zeros(1, 3, 9, dtype=torch.float64)
+    x[0, 2, :3] = torch.tensor([1.0, 1.0, 1.0]) / 3 ** 0.5  # the query
+    x[0, 0, 3:6] = torch.tensor([1.0, 1.0, 0.0]) / 2 ** 0.5  # agrees in 2 of 3
+    x[0, 1, 3:6] = torch.tensor([1.0, 1.0, 1.0]) / 3 ** 0.5  # agrees in all 3
+    x[0, :, 6] = torch.tensor([10.0, 20.0, 30.0])  # what each row would hand on
+    out, weights = head(x)
+    assert weights[0, 2].argmax() == 1 and weights[0, 2, 1] > 0.999
+    assert out[0, 2, 7] == pytest.approx(20.0, abs=0.05)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda m: copy_accuracy(m, torch.zeros(2, 5, dtype=torch.long), torch.full((2, 5), IGNORE)), ValueError,
+     "targets must hold at least one target"),
+    (lambda m: copy_accuracy(m, torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.long)), TypeError, "ids must hold integers"),
+    (lambda m: copy_accuracy("model", torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long)),
+     TypeError, "model must be a DecoderOnly"),
+    (lambda m: copy_lead(m, torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long)), ValueError,
+     r"targets of shape \(2, 4\) must have the shape of ids"),
+    (lambda m: copy_accuracies(m, []), ValueError, "batches must be a non-empty list"),
+    (lambda m: copy_accuracies(m, [torch.zeros(2, 5, dtype=torch.long)]), TypeError, "batches must hold .ids, targets. pairs"),
+    (lambda m: copy_accuracies(m, [(torch.zeros(2, 5, dtype=torch.long),) * 2, (torch.zeros(2, 4, dtype=torch.long),) * 2]),
+     ValueError, "batches must share one length T"),
+    (lambda m: weight_on_source(torch.ones(2, 4, 5), 1), ValueError, r"weights must be self-attention weights \(B, T, T\)"),
+    (lambda m: unnormalised_attention(torch.ones(3, 2), torch.ones(4, 2), torch.ones(5, 2)), ValueError,
+     "v must have one row per key"),
+    (lambda m: coherence(torch.ones(1, 4)), ValueError, "codes must have at least two rows"),
+    (lambda m: hand_set_copy_model(token_codes(4, 4), 4, offset=0), ValueError, "offset must be a nonzero int"),
+    (lambda m: hand_set_copy_model(token_codes(4, 4), 4, positions="yes"), TypeError, "positions must be True or False"),
+    (lambda m: softmax_copy_error(torch.ones(3, 2), torch.ones(1, 2), torch.ones(3)), ValueError,
+     "query .* must have the width and dtype of tokens"),
+    (lambda m: train_copy_model(vocab_size="16", steps=1), TypeError, "vocab_size must be an int"),
+    (lambda m: train_induction_model(batch=0, steps=1), ValueError, "batch must be >= 1"),
+])
+def test_the_lessons_measures_and_models_name_bad_input(call, error, match):
+    model = hand_set_copy_model(token_codes(8, 8), 5)
+    with pytest.raises(error, match=match):
+        call(model)
 
 
 def test_ov_copy_scores_against_numpy():

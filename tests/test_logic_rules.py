@@ -16,7 +16,8 @@ from course_lib.logic_rules import (
     fit_power_law, friend_enemy_model, handset_layout, handset_model, nearby_answers, random_layer_features,
     rule_model_run, rule_targets, rules_right, sentence_batch, slot_accuracy, slot_lead, strictly_right,
     symmetric_gram, train_rule_model, train_rule_models, xor_residue)
-from course_lib.model import IGNORE, DecoderOnly, ModelConfig
+from course_lib.model import DecoderOnly, ModelConfig
+from course_lib.training import IGNORE
 from course_lib.training import run_each
 
 

@@ -10,16 +10,16 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention_scores import scaled_dot_product_attention
-from course_lib.attention_scores import Attention
+from course_lib.attention import Attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
                               additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
                               encoder_self_attention, fit_additive_scorer, matching_layer, padding_mask,
                               toy_embedding, toy_translation_batch)
-from course_lib.measure import (future_perturbation, influence_matrix, operations_per_score, prefix_outputs,
-                                seconds_per_score)
-from course_lib.model import (DecoderOnly, LearnedPositions, ModelConfig, next_token_run, to_torch,
-                              to_torch_mha_mask, train_next_token, train_tiny_model)
-from course_lib.training import run_each
+from course_lib.measure import (OperationCounter, future_perturbation, influence_matrix, next_token_run,
+                                operations_per_score, prefix_outputs, seconds_per_score, train_next_token)
+from course_lib.model import DecoderOnly, LearnedPositions, ModelConfig
+from course_lib.torch_copy import to_torch, to_torch_mha_mask
+from course_lib.training import run_each, train_tiny_model
 from tensors import DTYPES, TOL, random_qkv
 
 
@@ -365,6 +365,88 @@ def test_operation_counts_agree_with_torch_flop_counter():
     assert flops.get_total_flops() / 2 / (T * S) == operations_per_score("additive", 4, d_h, T, S)["multiply-adds"]
 
 
+def _counts(fn) -> dict[str, int]:
+    counter = OperationCounter()
+    with counter:
+        fn()
+    return counter.counts
+
+
+def _multiply_adds(fn) -> int:
+    return _counts(fn)["multiply-adds"]
+
+
+def _torch_flops(fn) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as flops:
+        fn()
+    return flops.get_total_flops()
+
+
+def _matmul_forms(gen: torch.Generator) -> dict[str, tuple]:
+    """Each matmul form on random sizes: (the product as written, the same product as torch's FLOP
+    counter can count it). The counter registers mm, bmm, addmm and baddbmm only: it counts a
+    matrix times a vector (mv) and a dot product as 0 FLOPs, so for those the reference is the
+    same product with a unit dimension added (an mm it counts)."""
+    m, k, n, b, c = (int(torch.randint(1, 7, (), generator=gen)) for _ in range(5))
+    r = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+    A, B, v, u = r(m, k), r(k, n), r(k), r(k)
+    P, Q, bias = r(b, m, k), r(b, k, n), r(n)
+    W, x3 = r(n, k), r(b, m, k)
+    left, right = r(b, 1, m, k), r(c, k, n)
+    return {
+        "mm": (lambda: A @ B, lambda: A @ B),
+        "mv": (lambda: A @ v, lambda: A @ v[:, None]),
+        "dot": (lambda: u @ v, lambda: u[None, :] @ v[:, None]),
+        "vector @ matrix": (lambda: v @ B, lambda: v[None, :] @ B),
+        "bmm": (lambda: torch.bmm(P, Q), lambda: torch.bmm(P, Q)),
+        "batch @ vector": (lambda: P @ v, lambda: P @ v[:, None]),
+        "matmul broadcasting": (lambda: left @ right, lambda: left.expand(b, c, m, k) @ right.expand(b, c, k, n)),
+        "einsum bij,bjk": (lambda: torch.einsum("bij,bjk->bik", P, Q), lambda: torch.bmm(P, Q)),
+        "einsum i,i": (lambda: torch.einsum("i,i->", u, v), lambda: u[None, :] @ v[:, None]),
+        "einsum ij,j": (lambda: torch.einsum("ij,j->i", A, v), lambda: A @ v[:, None]),
+        "linear with bias": (lambda: torch.nn.functional.linear(x3, W, bias), lambda: x3.reshape(-1, k) @ W.T),
+        "linear without bias": (lambda: torch.nn.functional.linear(x3, W), lambda: x3.reshape(-1, k) @ W.T),
+        "addmm": (lambda: torch.addmm(bias, A, B), lambda: A @ B),
+        "addmv": (lambda: torch.addmv(r(m), A, v), lambda: A @ v[:, None]),
+        "baddbmm": (lambda: torch.baddbmm(r(b, m, n), P, Q), lambda: torch.bmm(P, Q)),
+        "addbmm": (lambda: torch.addbmm(r(m, n), P, Q), lambda: torch.bmm(P, Q)),
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_matmul_form_counts_its_multiply_adds_as_torchs_flop_counter_does(seed):
+    """Property, over random sizes: each form's multiply-adds are half the FLOPs torch's counter
+    gives the same product (it counts a multiply-add as 2 FLOPs), also through backward."""
+    gen = torch.Generator().manual_seed(seed)
+    for form, (product, reference) in _matmul_forms(gen).items():
+        counts = _counts(product)
+        products = counts["multiply-adds"]
+        if form.startswith("einsum"):
+            # a contraction of width 1 has one product per output and nothing to add: einsum
+            # then runs an element-wise mul, counted as that many multiplications
+            products += counts["multiplications"]
+        assert products * 2 == _torch_flops(reference) > 0, form
+
+
+def test_a_matrix_vector_and_a_dot_product_count_their_multiply_adds():
+    """The counts by hand: (3, 4) @ (4,) is 12 multiply-adds, v @ v of width 4 is 4."""
+    a, v = torch.randn(3, 4), torch.randn(4)
+    assert _multiply_adds(lambda: a @ v) == 12
+    assert _multiply_adds(lambda: v @ v) == 4
+    counter = OperationCounter()
+    with counter:
+        v @ v
+    assert set(counter.counts) == {"multiply-adds"}  # nothing left over under its own name
+
+
+def test_backward_of_a_linear_layer_counts_as_torchs_flop_counter_does():
+    layer = torch.nn.Linear(6, 5)
+    x = torch.randn(4, 3, 6, requires_grad=True)
+    step = lambda: layer(x).pow(2).sum().backward()  # noqa: E731
+    assert _multiply_adds(step) * 2 == _torch_flops(step) > 0
+
+
 def test_seconds_per_score_is_the_best_time_divided_by_the_number_of_scores():
     import time
 
@@ -409,7 +491,7 @@ def test_padding_mask_rejects_lengths_longer_than_s():
 
 
 def test_padding_mask_rejects_negative_and_float_lengths():
-    with pytest.raises(ValueError, match="each length must be >= 0, got each length=-1"):
+    with pytest.raises(ValueError, match="lengths must be >= 0, got lengths=-1"):
         padding_mask([3, -1], 4)
     with pytest.raises(TypeError, match=r"lengths must hold integers, got dtype torch.float32"):
         padding_mask(torch.tensor([3.0, 1.0]), 4)
@@ -459,16 +541,16 @@ def test_attention_layer_rejects_a_mask_of_the_wrong_shape():
 
 def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
     layer = Attention(4)
-    with pytest.raises(ValueError, match=r"target \(2, 5, 4\) and source \(3, 3, 4\) need the same batch size"):
+    with pytest.raises(ValueError, match=r"target \(2, 5, 4\) and source \(3, 3, 4\) must have the same batch size"):
         cross_attention(layer, torch.randn(2, 5, 4), torch.randn(3, 3, 4))
     with pytest.raises(ValueError, match=r"target must have 3 dimensions, got shape \(5, 4\)"):
         decoder_self_attention(layer, torch.randn(5, 4))
 
 
 def test_to_multihead_attention_needs_equal_widths():
-    with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8, got d_k, d_v = \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8 for nn.MultiheadAttention, got d_k, d_v = \(4, 8\)"):
         to_torch(Attention(8, d_k=4))
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got Linear"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
         to_torch(torch.nn.Linear(2, 2))
 
 
@@ -502,12 +584,14 @@ def test_causality_helpers_want_one_sequence():
     ("d_model", 4.0, TypeError, "config.d_model must be an int, got float 4.0"),
     ("d_model", True, TypeError, "config.d_model must be an int, got bool True"),
     ("seed", -1, ValueError, "config.seed must be >= 0"),
-    ("n_decoder_layers", -1, ValueError, "config.n_decoder_layers must be >= 0, got config.n_decoder_layers=-1"),
+    ("n_decoder_layers", 0, ValueError, "config.n_decoder_layers must be >= 1, got config.n_decoder_layers=0"),
     ("d_ff", -1, ValueError, "config.d_ff must be >= 0, got config.d_ff=-1"),
     ("causal", 1, TypeError, "config.causal must be True or False, got int 1"),
-    ("positions", None, TypeError, "config.positions must be a string, got NoneType")])
+    ("positions", None, ValueError, "config.positions must be one of .*, got None"),
+    ("positions", "spiral", ValueError, "config.positions must be one of .*, got 'spiral'"),
+    ("eps", 0.0, ValueError, "config.eps must be positive, got 0.0")])
 def test_tiny_config_names_its_bad_field(field, value, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message.replace("config.", "")):  # the field as the caller wrote it
         ModelConfig(**{field: value})
     config = ModelConfig()
     setattr(config, field, value)  # changed after it was made: the model checks again
@@ -527,7 +611,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"ids must be token ids in 0..7, got values from 0 to 8"):
         model(torch.tensor([[0, 8]]))
-    with pytest.raises(ValueError, match="sequence length T=9 is longer than max_len=8"):
+    with pytest.raises(ValueError, match="the length of ids T=9 must be at most max_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     batch = lambda gen: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="lr must be positive, got -1.0"):
@@ -536,7 +620,7 @@ def test_tiny_model_and_its_training_name_bad_arguments():
         train_tiny_model(model, batch, steps=1, seed=-2)
     with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
         LearnedPositions(0, 4)
-    with pytest.raises(TypeError, match="config.causal must be True or False, got str 'no'"):
+    with pytest.raises(TypeError, match="causal must be True or False, got str 'no'"):
         train_next_token("no", steps=1)
     with pytest.raises(TypeError, match="batch must be an int, got float 8.0"):
         train_next_token(True, steps=1, batch=8.0)
@@ -552,13 +636,13 @@ def test_additive_scorer_rejects_bad_sizes(d_q, d_k, d_hidden, message):
 
 def test_the_three_uses_and_the_additive_helpers_name_bad_arguments():
     layer, x = Attention(4), torch.randn(2, 3, 4)
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention_scores.Attention layer, got AdditiveScorer"):
+    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got AdditiveScorer"):
         encoder_self_attention(AdditiveScorer(4, 4, 4), x)
-    with pytest.raises(ValueError, match="source_lengths has 3 lengths but the batch has B=2 sequences"):
+    with pytest.raises(ValueError, match="source_lengths must give one length per sequence: 3 lengths for a batch of B=2 sequences"):
         encoder_self_attention(layer, x, [1, 2, 3])
-    with pytest.raises(ValueError, match="target_lengths has 1 lengths but the batch has B=2"):
+    with pytest.raises(ValueError, match="target_lengths must give one length per sequence: 1 lengths for a batch of B=2"):
         decoder_self_attention(layer, x, [1])
-    with pytest.raises(TypeError, match="each length must be an int, got bool True"):
+    with pytest.raises(TypeError, match="lengths must be an int, got bool True"):
         cross_attention(layer, x, x, [True, 2])
     with pytest.raises(TypeError, match="source must be a floating-point tensor, got dtype torch.int64"):
         encoder_self_attention(layer, torch.ones(2, 3, 4, dtype=torch.long))

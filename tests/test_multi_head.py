@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.attention_scores import Attention, scaled_dot_product_attention
+from course_lib.attention import Attention
+from course_lib.attention_scores import scaled_dot_product_attention
 from course_lib.masks import causal_mask, padding_mask
-from course_lib.model import IGNORE
+from course_lib.training import IGNORE
 from course_lib.multi_head import (
     head_weights, logit_parts, merge_heads, multi_head_model,
     multiply_adds, ov_matrix, qk_matrix, relation_accuracy, relation_attention, relation_logits,
@@ -485,7 +486,7 @@ def test_an_untrained_model_is_at_chance():
     (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), mask=padding_mask([3, 1], 3)),
      "mask of shape (2, 1, 3) can be read two ways"),
     (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), bias=torch.zeros(2, 3, 3)),
-     "Pass (B, 1, T, S) for one bias per sequence, or (1, H, T, S) for one per head"),
+     "it must be (B, 1, T, S) for one bias per sequence, or (1, H, T, S) for one per head"),
     (lambda: qk_matrix(Attention(4), 0), "no heads"),
     (lambda: to_torch(nn.Linear(4, 4)), "layer"),
     (lambda: to_torch(Attention(4, n_heads=2, d_k=8)), "d_k = d_v = d_model"),

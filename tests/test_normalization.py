@@ -185,7 +185,7 @@ def test_mask_leaving_one_real_token_raises_and_counts_no_batch():
     with pytest.raises(ValueError, match=r"gives 1 real \(mask\) token"):
         layer(torch.randn(1, 3, 2), mask)
     assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_mean, torch.zeros(2))
-    with pytest.raises(ValueError, match="marks no token as real"):
+    with pytest.raises(ValueError, match="mask must mark at least one token as real, but marks none"):
         batch_statistics(torch.randn(1, 3, 2), torch.zeros(1, 3, dtype=torch.bool))
 
 
@@ -373,7 +373,7 @@ def test_bad_inputs_raise_errors_naming_the_argument_and_shape():
         batch_norm(x, None, None, training=False)
     with pytest.raises(ValueError, match="kind must be one of"):
         normalize_tokens("group", x)
-    with pytest.raises(ValueError, match="mask only applies to kind='batch'"):
+    with pytest.raises(ValueError, match="mask must be None unless kind='batch'"):
         normalize_tokens("layer", x, torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"index \(0, 5, 0\) must be a tuple of 3 ints addressing one entry of x of shape \(2, 3, 4\)"):
         dependence_mask(layer_norm, x, (0, 5, 0))

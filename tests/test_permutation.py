@@ -9,7 +9,8 @@ from torch import nn
 
 from course_lib.attention_scores import scaled_dot_product_attention, softmax
 from course_lib.masks import causal_mask
-from course_lib.model import Block, ModelConfig, from_torch
+from course_lib.model import Block, ModelConfig
+from course_lib.torch_copy import from_torch
 from course_lib.permutation import (ResPostBlock, TokenNorm, bias_after_norm, check_permutation, describe_gap,
                                     equivariance_gap, inverse_permutation, linear, match_rows, norm_over_tokens,
                                     permutation_matrix, permute_tokens, random_block, random_permutation, res_post,
@@ -216,7 +217,7 @@ def test_res_post_layout_is_x_plus_norm_of_each_sublayer_and_equivariant(seed):
     g, p, x = random_block_and_input(seed)
     B, T, D = x.shape
     # Written out independently with torch's modules: x + LN(Attn(x)), then x + LN(FFN(x)).
-    a, f, (ln1, ln2) = p.attention, p.ffn, p.norms
+    a, f, (ln1, ln2) = p.attention, p.ffn, (p.attention_norm, p.ffn_norm)
     mha = nn.MultiheadAttention(D, 1, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([a.query.weight, a.key.weight, a.value.weight]))
@@ -277,7 +278,8 @@ def test_our_block_is_equivariant_with_biases_and_with_a_norm_that_mixes_tokens(
     perm = random_permutation(T, g)
     assert equivariance_gap(lambda t: p(t)[0], x, perm) < 1e-12
     mixing = with_token_norms(p)
-    assert all(isinstance(n, TokenNorm) for n in mixing.norms) and not any(isinstance(n, TokenNorm) for n in p.norms)
+    norms = lambda b: (b.attention_norm, b.ffn_norm)
+    assert all(isinstance(n, TokenNorm) for n in norms(mixing)) and not any(isinstance(n, TokenNorm) for n in norms(p))
     assert (mixing(x)[0] - p(x)[0]).abs().max() > 1e-3  # the norm really changed
     assert equivariance_gap(lambda t: mixing(t)[0], x, perm) < 1e-12
 
@@ -384,13 +386,13 @@ def test_permute_tokens_rejects_a_permutation_of_the_wrong_length():
 
 def test_linear_rejects_mismatched_weight_bias_and_dtypes():
     x = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) needs 4 rows .* x has shape \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"w_q of shape \(5, 2\) must have 4 rows .* x has shape \(3, 4\)"):
         linear(x, torch.zeros(5, 2), name="w_q")
     with pytest.raises(ValueError, match=r"b_q must have shape \(2,\) to match w_q's 2 columns, got shape \(3,\)"):
         linear(x, torch.zeros(4, 2), torch.zeros(3), name="w_q")
-    with pytest.raises(TypeError, match=r"b_v has dtype torch\.float64 but x has dtype torch\.float32"):
+    with pytest.raises(TypeError, match=r"b_v must have x's dtype torch\.float32, got torch\.float64"):
         linear(x, torch.zeros(4, 2), torch.zeros(2, dtype=torch.float64), name="w_v")
-    with pytest.raises(TypeError, match=r"weight has dtype torch\.float64 but x has dtype torch\.float32"):
+    with pytest.raises(TypeError, match=r"weight must have x's dtype torch\.float32, got torch\.float64"):
         linear(x, torch.zeros(4, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch\.int64"):
         linear(torch.zeros(3, 4, dtype=torch.long), torch.zeros(4, 2))
@@ -425,7 +427,7 @@ def test_match_rows_rejects_different_shapes():
     (lambda: random_block(0, 4), ValueError, r"D must be >= 1, got D=0"),
     (lambda: random_block(4, True), TypeError, r"d_ff must be an int, got bool"),
     (lambda: without_biases(random_block(4, 8), "bias"), ValueError,
-     r"projection must be one of .*'query', 'key', 'value', 'out'.*, got 'bias'"),
+     r"projections must be one of .*'query', 'key', 'value', 'out'.*, got 'bias'"),
     (lambda: inverse_permutation(torch.tensor([1.0, 0.0])), TypeError, r"perm must hold integers"),
     (lambda: permute_tokens(torch.zeros(3, 2), [0, 2.0, 1]), TypeError, r"perm must hold integer indices, got 2\.0"),
     (lambda: permutation_matrix([True, False]), TypeError, r"perm must hold integer indices, got True"),

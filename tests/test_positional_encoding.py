@@ -240,7 +240,8 @@ def test_rotary_scheme_gives_apply_ropes_digits_for_every_shape_and_dtype_it_has
 
 
 def test_adam_of_the_training_loop_is_the_per_parameter_rule_to_1e_12():
-    """course_lib.training.Adam against Adam written out one parameter at a time (float64)."""
+    """course_lib.training.Adam against Adam written out one parameter at a time (float64); a
+    parameter's step count t counts only the steps on which it had a gradient, as in torch."""
     from course_lib.training import Adam
 
     gen = torch.Generator().manual_seed(4)
@@ -249,18 +250,20 @@ def test_adam_of_the_training_loop_is_the_per_parameter_rule_to_1e_12():
     ref, start = [p.clone() for p in ours], [p.clone() for p in ours]
     m, v = [torch.zeros_like(p) for p in ref], [torch.zeros_like(p) for p in ref]
     rule, (b1, b2), lr, eps = Adam(ours, 0.02), (0.9, 0.999), 0.02, 1e-8
+    steps = [0] * len(ref)
     for t in range(1, 61):
         for i, (p, r) in enumerate(zip(ours, ref)):
             grad = torch.randn(p.shape, generator=gen, dtype=torch.float64) * (1 + t % 7)
             p.grad = None if (i == 2 and t % 3 == 0) else grad  # a parameter without a gradient
             r.grad = p.grad
         rule.step()
-        for r, m_i, v_i in zip(ref, m, v):
+        for i, (r, m_i, v_i) in enumerate(zip(ref, m, v)):
             if r.grad is None:
                 continue
+            steps[i] += 1
             m_i.mul_(b1).add_(r.grad, alpha=1 - b1)
             v_i.mul_(b2).addcmul_(r.grad, r.grad, value=1 - b2)
-            r.sub_(lr * (m_i / (1 - b1 ** t)) / ((v_i / (1 - b2 ** t)).sqrt() + eps))
+            r.sub_(lr * (m_i / (1 - b1 ** steps[i])) / ((v_i / (1 - b2 ** steps[i])).sqrt() + eps))
     assert max(float((p - r).abs().max()) for p, r in zip(ours, ref)) < 1e-12
     assert min(float((p - r).abs().max()) for p, r in zip(ours, start)) > 0.1  # every one moved
 
@@ -484,7 +487,7 @@ def test_odd_width_is_refused_by_name(call):
     (lambda: previous_token_runs(["none"], [0], train_length=1, test_length=4), ValueError,
      "train_length must be >= 2, got train_length=1"),
     (lambda: previous_token_runs(["none"], [0], train_length=9, test_length=4, max_len=8), ValueError,
-     "T=9 is longer than max_len=8"),
+     "T=9 must be at most max_len=8"),
     (lambda: tiny_model("relative"), ValueError, "kind must be one of"),
     (lambda: previous_token_runs(["none"], [0.5], train_length=8, test_length=4), TypeError, "seed must be an int"),
     (lambda: train_previous_token(tiny_model("none"), steps=0), ValueError, "steps must be >= 1"),
@@ -548,14 +551,14 @@ def test_offsets_and_k_must_be_integers():
 
 @pytest.mark.parametrize("make", [lambda: SinusoidalPositionalEncoding(6, 8), lambda: LearnedPositionalEmbedding(6, 8)])
 def test_sequences_longer_than_max_len_get_a_clear_error(make):
-    with pytest.raises(ValueError, match=r"sequence length T=9 is longer than max_len=6 of this .*table: .*"
+    with pytest.raises(ValueError, match=r"T=9 must be at most max_len=6 of this .*table: .*"
                                          r"positions 0\.\.5 only, so positions 6\.\.8 have no encoding"):
         make()(torch.zeros(2, 9, 8))
 
 
 def test_the_tiny_model_refuses_sequences_past_its_table_and_bad_ids():
     model = tiny_model("learned", vocab_size=5, max_len=8, d_model=8)
-    with pytest.raises(ValueError, match="T=12 is longer than max_len=8"):
+    with pytest.raises(ValueError, match="the length of ids T=12 must be at most max_len=8"):
         model(torch.zeros(1, 12, dtype=torch.long))
     with pytest.raises(TypeError, match="ids must hold integers, got dtype torch.float32"):
         model(torch.zeros(1, 3))

@@ -54,6 +54,53 @@ def test_adams_flat_step_is_bit_for_bit_its_per_parameter_step():
     assert torch.equal(idle, torch.zeros(2))
 
 
+@pytest.mark.parametrize("seed", range(25))
+def test_adam_equals_torchs_step_for_step_when_parameters_skip_gradients(seed):
+    """Property: for random shapes, settings and a random pattern of steps on which each
+    parameter gets no gradient, every parameter equals torch.optim.Adam's after every step.
+    A parameter that skips steps must keep its own step count, as torch's does."""
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda: torch.rand((), generator=gen).item()  # noqa: E731
+    n = 1 + int(rand() * 4)
+    shapes = [tuple(1 + int(rand() * 4) for _ in range(int(rand() * 3))) for _ in range(n)]
+    lr, betas, eps = 10 ** (-3 + 2 * rand()), (0.5 + 0.49 * rand(), 0.9 + 0.0999 * rand()), 10 ** (-10 + 4 * rand())
+    ours = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    theirs = [p.clone().requires_grad_(True) for p in ours]
+    rule, torch_rule = training.Adam(ours, lr, betas, eps), torch.optim.Adam(theirs, lr=lr, betas=betas, eps=eps)
+    skip = rand() * 0.7  # how often a parameter gets no gradient
+    for step in range(40):
+        for p, q in zip(ours, theirs):
+            if rand() < skip:
+                p.grad = q.grad = None
+            else:
+                p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+                q.grad = p.grad.clone()
+        rule.step()
+        torch_rule.step()
+        for i, (p, q) in enumerate(zip(ours, theirs)):
+            assert torch.allclose(p, q.detach(), rtol=0, atol=1e-12), (step, i, (p - q).abs().max().item())
+
+
+def test_train_with_a_parameter_left_out_of_some_losses_ends_where_torch_ends():
+    """The case a shared step counter gets wrong: one weight takes part in the loss on every
+    other step only (its gradient is None on the others)."""
+    x, y, w0 = _problem(2)
+    ours = [w0.clone().requires_grad_(True), torch.zeros(3, dtype=torch.float64, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_(True) for p in ours]
+
+    def loss(w, b, step):
+        return ((x @ w + (b if step % 2 else 0) - y) ** 2).mean()
+
+    train(lambda step: loss(*ours, step), ours, steps=10, lr=0.05)
+    rule = torch.optim.Adam(theirs, lr=0.05)
+    for step in range(10):
+        rule.zero_grad(set_to_none=True)
+        loss(*theirs, step).backward()
+        rule.step()
+    for p, q in zip(ours, theirs):
+        assert torch.allclose(p, q, rtol=0, atol=1e-12)
+
+
 def test_train_returns_the_loss_of_every_step_and_lowers_it():
     x, y, w0 = _problem(1)
     w = w0.clone().requires_grad_(True)
@@ -68,16 +115,38 @@ def test_train_returns_the_loss_of_every_step_and_lowers_it():
     ({"lr": float("inf")}, ValueError, "lr must be finite"),
     ({"lr": "fast"}, TypeError, "lr must be a number"),
     ({"optimizer": "rmsprop"}, ValueError, "optimizer must be one of"),
+    ({"parameters": [torch.zeros(2)]}, ValueError, "parameters must include one that requires gradients"),
+    ({"parameters": [torch.zeros(2, dtype=torch.int64)]}, TypeError, "parameters must hold floating-point"),
+    ({"parameters": torch.zeros(2, requires_grad=True)}, TypeError, "parameters must be a list of tensors"),
+    ({"loss_of_step": 3.0}, TypeError, "loss_of_step must be a function"),
+    ({"loss_of_step": lambda _: 1.0}, TypeError, "loss_of_step must return a one-element float tensor"),
+    ({"loss_of_step": lambda _: torch.ones(3, requires_grad=True)}, TypeError, "got a tensor of shape \\(3,\\)"),
+    ({"loss_of_step": lambda _: torch.tensor(1.0)}, ValueError, "loss_of_step must return a loss computed"),
 ])
 def test_bad_arguments_are_named(kwargs, error, message):
     w = torch.zeros(2, requires_grad=True)
-    arguments = {"steps": 3, "lr": 0.1, "optimizer": "adam"} | kwargs
+    arguments = {"loss_of_step": lambda _: (w ** 2).sum(), "parameters": [w], "steps": 3, "lr": 0.1,
+                 "optimizer": "adam"} | kwargs
     with pytest.raises(error, match=message):
-        train(lambda _: (w ** 2).sum(), [w], **arguments)
+        train(**arguments)
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"lr": 0.0}, ValueError, "lr must be positive"),
+    ({"betas": (1.0, 0.9)}, ValueError, r"betas must each be in \[0, 1\)"),
+    ({"betas": (0.9,)}, TypeError, "betas must be a pair"),
+    ({"betas": (0.9, float("nan"))}, ValueError, "betas must be finite"),
+    ({"eps": 0.0}, ValueError, "eps must be positive"),
+    ({"parameters": []}, ValueError, "parameters must not be empty"),
+])
+def test_adams_bad_settings_are_named(kwargs, error, message):
+    arguments = {"parameters": [torch.zeros(2)], "lr": 0.1} | kwargs
+    with pytest.raises(error, match=message):
+        training.Adam(**arguments)
 
 
 def test_no_parameters_is_named():
-    with pytest.raises(ValueError, match="parameters is empty"):
+    with pytest.raises(ValueError, match="parameters must not be empty"):
         train(lambda _: torch.tensor(0.0), [], steps=1, lr=0.1)
 
 

@@ -10,7 +10,8 @@ from torch import nn
 
 from course_lib.masks import causal_mask, padding_mask
 from course_lib.measure import OperationCounter
-from course_lib.model import DecoderOnly, ModelConfig, from_torch
+from course_lib.model import DecoderOnly, ModelConfig
+from course_lib.torch_copy import from_torch
 from course_lib.positional_encoding import SinusoidalPositionalEncoding
 from course_lib.transformer import (
     BOS,
@@ -90,7 +91,7 @@ def test_encoder_block_equals_torch_encoder_layer_outputs_and_gradients(norm_fir
     torch.testing.assert_close(mine_named["attention.query.weight"], q, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(mine_named["attention.value.weight"], v, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(mine_named["ffn.linear1.weight"], by_name["linear1.weight"], atol=1e-10, rtol=1e-10)
-    torch.testing.assert_close(mine_named["norms.1.weight"], by_name["norm2.weight"], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(mine_named["ffn_norm.weight"], by_name["norm2.weight"], atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -178,7 +179,7 @@ def test_block_without_residual_is_the_sublayers_chained(norm_first):
     block = Block(config(norm_first=norm_first, residual=False), cross=False).double()
     randomize(block, 6)
     x = torch.randn(2, 5, D, dtype=torch.float64)
-    n1, n2 = block.norms
+    n1, n2 = block.attention_norm, block.ffn_norm
     if norm_first:
         h = block.attention(n1(x))[0]
         expected = block.ffn(n2(h))
@@ -399,12 +400,12 @@ def test_timings_have_the_promised_shape():
 # ---------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("changes,message", [
-    ({"d_model": 18, "n_heads": 4}, "config.n_heads"),
+    ({"d_model": 18, "n_heads": 4}, "n_heads must divide d_model"),
     ({"d_model": 15, "n_heads": 5}, "even"),
-    ({"vocab_size": 1}, "config.vocab_size"),
-    ({"norm": "yes"}, "config.norm"),
-    ({"n_encoder_layers": -1}, "config.n_encoder_layers"),
-    ({"eps": -1.0}, "config.eps"),
+    ({"vocab_size": 1}, "vocab_size must be >= 2"),
+    ({"norm": "yes"}, "norm must be one of"),
+    ({"n_encoder_layers": -1}, "n_encoder_layers must be >= 0"),
+    ({"eps": -1.0}, "eps must be positive"),
 ])
 def test_bad_config_is_refused_by_name(changes, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -416,7 +417,7 @@ def test_bad_input_is_refused_by_name():
     ok = torch.zeros(2, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="src must be token ids in 0..6"):
         model(ok + 7, ok)
-    with pytest.raises(ValueError, match="longer than max_len=6"):
+    with pytest.raises(ValueError, match="the length of src T=7 must be at most max_len=6"):
         model(torch.zeros(2, 7, dtype=torch.long), ok)
     with pytest.raises(TypeError, match="src must hold integers"):
         model(ok.double(), ok)

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from ..attention_graph import attention_rollout, hopfield_energy, hopfield_run, hopfield_update, with_residual
-from ..attention_scores import Attention, scaled_dot_product_attention
+from ..attention import Attention
+from ..attention_scores import scaled_dot_product_attention
 from . import call, compare, exercise_check, passed
 from .bug_hints import name_shape_bug
 from .hand_in import ATTENTION_OPS, Case, Exercise

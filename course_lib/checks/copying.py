@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..copying import (gap_needed, hand_set_induction_model, induction_batch, ov_circuit, ov_copy_scores,
                     position_copy_head)
-from ..model import IGNORE
+from ..training import IGNORE
 from . import call, compare, exercise_check, passed
 from .bug_hints import call_naming
 from .hand_in import Case, Exercise

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ..logic_rules import (KINSHIP_RULES, PEOPLE, RELATIONS, RULES, composition_lookup, composition_readout,
                            fit_power_law, handset_model, rule_targets, sentence_batch)
-from ..model import IGNORE
+from ..training import IGNORE
 from . import call, compare, exercise_check, passed
 from .bug_hints import name_shape_bug
 from .hand_in import Case, Exercise

@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import attention_scores
+from ..attention import Attention, _merge_heads, _split_heads
 from ..attention_scores import scaled_dot_product_attention
-from ..attention_scores import Attention
 from ..multi_head import merge_heads, qk_matrix, split_heads, without_heads
 from . import call, compare, earlier_answers, exercise_check, passed
 from .bug_hints import name_shape_bug
@@ -255,11 +254,11 @@ def _silence_cases(gen: torch.Generator) -> list[Case]:
 EXERCISES = {spec.name: spec for spec in [
     # A split only moves numbers: compared exactly.
     Exercise("split_into_heads", _split_cases, atol=0.0, rtol=0.0,
-             forbidden_names=("split_heads",), forbidden_objects=(split_heads, attention_scores.split_heads)),
+             forbidden_names=("split_heads",), forbidden_objects=(split_heads, _split_heads)),
     Exercise("multi_head_attend", _multi_head_cases, forbidden_ops=ATTENTION_OPS,
              forbidden_names=("scaled_dot_product_attention", "MultiheadAttention", "merge_heads"),
              forbidden_objects=(scaled_dot_product_attention, reference_multi_head_attend, merge_heads,
-                                attention_scores.merge_heads, Attention),
+                                _merge_heads, Attention),
              uses={"split_into_heads": split_heads}),
     Exercise("qk_form", _qk_form_cases, atol=1e-9, rtol=1e-5,
              forbidden_names=("qk_matrix", "reference_qk_form"), forbidden_objects=(qk_matrix, reference_qk_form)),

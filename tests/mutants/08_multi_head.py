@@ -75,7 +75,7 @@ MUTANTS = {
                                    "    r = slice(head * d, (head + 1) * d)\n    return w_q[r].T @ w_k[r] / math.sqrt(d)",
         "heads counted from 1": "def qk_form(w_q, w_k, head, n_heads):\n    d = w_q.shape[0] // n_heads\n"
                                 "    r = slice((head - 1) * d, head * d)\n    return w_q[r].T @ w_k[r]",
-        "calls the course reference": "from course_lib.attention_scores import Attention\n"
+        "calls the course reference": "from course_lib.attention import Attention\n"
                                       "from course_lib.multi_head import qk_matrix\n"
                                       "def qk_form(w_q, w_k, head, n_heads):\n"
                                       "    m = Attention(w_q.shape[1], n_heads=n_heads).double()\n"
@@ -93,7 +93,7 @@ MUTANTS = {
                            "    s[:, head] = 0.0\n    return s",
         "head starts at column h": "def silence_head(w_out, head, n_heads):\n    d = w_out.shape[1] // n_heads\n"
                                    "    s = w_out.clone()\n    s[:, head: head + d] = 0.0\n    return s",
-        "calls the course reference": "from course_lib.attention_scores import Attention\n"
+        "calls the course reference": "from course_lib.attention import Attention\n"
                                       "from course_lib.multi_head import without_heads\n"
                                       "def silence_head(w_out, head, n_heads):\n"
                                       "    m = Attention(w_out.shape[0], n_heads=n_heads).double()\n"

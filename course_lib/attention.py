@@ -1,0 +1,124 @@
+"""The course's attention layer: four projections, n_heads heads, and the KV cache. It runs lesson
+01's one attention path (course_lib.attention_scores); every model of the course is built from it.
+Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention_scores import _attend, check_mask_and_bias, default_scale
+from .guards import (broadcast_shape, require_bool, require_count, require_float, require_same_dtype, require_tensor,
+                     require_width)
+
+Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k) -> (q, k), turned by position
+# A KV cache: one layer's kept keys and values {"k": ..., "v": ...}, empty before the first call.
+Cache = dict[str, Tensor]
+
+
+def _split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h.
+    The layer's own, on checked input; lesson 08's multi_head.split_heads checks and calls it."""
+    heads = x.unflatten(-1, (n_heads, x.shape[-1] // n_heads))  # (..., T, H, d_head)
+    return heads.transpose(-3, -2)  # (..., H, T, d_head)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """(..., H, T, d_head) -> (..., T, H * d_head): the heads side by side, head 0 first."""
+    return x.transpose(-3, -2).flatten(-2)  # (..., T, H * d_head)
+
+
+class Attention(nn.Module):
+    """Attention with its four projections and n_heads heads (nanoGPT style, no dropout). Self-attention:
+    layer(x), x: (..., T, D); cross-attention: layer(x, memory), memory (..., S, d_memory) giving the keys
+    and values. d_k, d_v: the total query/key and value widths (default D). n_heads=None: one head,
+    weights (..., T, S); n_heads=H: head h takes the h-th share of the columns, scale 1/sqrt(d_k/H),
+    weights (..., H, T, S). rotate(q, k) turns queries and keys by position (RoPE); bias is added to
+    the scores (ALiBi). mask and bias broadcast to the weights: with heads, (B, 1, T, S) is one per
+    sequence, (1, H, T, S) one per head, padding_mask's (B, 1, S) one per sequence.
+    Returns (output (..., T, D), weights)."""
+
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
+                 d_memory: int | None = None, bias: bool = False, n_heads: int | None = None):
+        super().__init__()
+        require_count("d_model", d_model)
+        H = 1 if n_heads is None else require_count("n_heads", n_heads)
+        d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
+                              (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
+        for name, width in (("d_k", d_k), ("d_v", d_v)):
+            if width % H:
+                raise ValueError(f"{name}={width} does not split into n_heads={H} equal heads: n_heads must divide it")
+        require_bool("bias", bias)
+        self.d_model, self.d_memory, self.n_heads = d_model, d_memory, n_heads
+        self.d_head, self.d_value_head = d_k // H, d_v // H
+        self.query = nn.Linear(d_model, d_k, bias=bias)
+        self.key = nn.Linear(d_memory, d_k, bias=bias)
+        self.value = nn.Linear(d_memory, d_v, bias=bias)
+        self.out = nn.Linear(d_v, d_model, bias=bias)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
+        mask = self.check_input(x, memory, mask, bias, rotate)
+        return self.attend(x, memory, mask, bias, rotate)
+
+    def attend(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+               bias: Tensor | None = None, rotate: Rotation | None = None,
+               cache: Cache | None = None) -> tuple[Tensor, Tensor]:
+        """forward on checked input (Block.run calls it: its model or its forward checked). cache: self-attention
+        appends the new positions' keys and values to the kept ones; cross-attention projects
+        memory once, at the first call."""
+        if cache is not None and memory is not None and "k" in cache:
+            q, k, v = self.query(x), cache["k"], cache["v"]  # (..., T, d_k), (..., S, d_k), (..., S, d_v)
+        else:
+            source = x if memory is None else memory
+            q, k, v = self.query(x), self.key(source), self.value(source)  # (..., T|S, d_k|d_v)
+            if cache is not None:  # the kept positions first, then the new ones
+                k = cache["k"] = torch.cat([cache["k"], k], -2) if "k" in cache else k  # (..., S, d_k)
+                v = cache["v"] = torch.cat([cache["v"], v], -2) if "v" in cache else v  # (..., S, d_v)
+        if self.n_heads is not None:
+            q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
+        if rotate is not None:
+            q, k = rotate(q, k)
+        out, weights = _attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
+        return self.out(out if self.n_heads is None else _merge_heads(out)), weights  # (..., T, D)
+
+    def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None,
+                    rotate: Rotation | None = None) -> Tensor | None:
+        """Raise, naming what the caller passed, unless x, memory, mask, bias and rotate fit this
+        layer; returns the mask as the weights read it."""
+        require_float("x", x, min_rank=2)
+        require_width("x", x, self.d_model)
+        source, source_name = x, "x"
+        if memory is not None:
+            require_float("memory", memory, min_rank=2)
+            require_width("memory", memory, self.d_memory)
+            source, source_name = memory, "memory"
+        elif self.d_memory != self.d_model:
+            raise ValueError(f"memory must be given: this layer's keys and values read rows of width d_memory="
+                             f"{self.d_memory}, not x's d_model={self.d_model}")
+        require_same_dtype(x=x, memory=memory, weights=self.query.weight)  # torch computes in one dtype
+        if rotate is not None and not callable(rotate):
+            raise TypeError(f"rotate must be a function (q, k) -> (q, k), got {type(rotate).__name__}")
+        if source.shape[-2] == 0:
+            raise ValueError(f"{source_name} of shape {tuple(source.shape)} has no positions to attend to (S = 0)")
+        batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
+                                tuple(source.shape[:-2]))
+        heads = () if self.n_heads is None else (self.n_heads,)
+        shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])  # the weights'
+        if (heads and mask is not None and require_tensor("mask", mask).dim() == 3 and len(batch) == 1
+                and mask.shape[0] == batch[0] != self.n_heads and mask.shape[1] == 1):
+            if mask.shape[-1] not in (1, shape[-1]):
+                raise ValueError(f"mask of shape {tuple(mask.shape)} (one per sequence) must fit the weights' "
+                                 f"shape {shape}: S={shape[-1]} keys")
+            mask = mask[:, None]  # lesson 02's padding_mask (B, 1, S) -> (B, 1, 1, S), one per sequence
+        for name, t in (("mask", mask), ("bias", bias)):
+            ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
+            if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
+                raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
+                                 f"{self.n_heads}: it must be (B, 1, T, S) for one {name} per sequence, or "
+                                 "(1, H, T, S) for one per head")
+        check_mask_and_bias(mask, bias, shape)
+        return mask
