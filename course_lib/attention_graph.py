@@ -221,7 +221,7 @@ def draw_graph(graph: nx.DiGraph, ax, pos: dict | None = None, curved: bool = Tr
                            width=[0.8 + 2 * graph.edges[e]["weight"] for e in marked], **style)
     nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=420, node_color="#fbe3cf",
                            edgecolors="#d9661f")
-    nx.draw_networkx_require_labels(graph, pos, labels=labels, ax=ax, font_size=7.5)
+    nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=7.5)
     xs = [pos[node][0] for node in graph.nodes] or [0.0]
     # an arc3 curve peaks at its chord's midpoint + rad / 2 * (dy, -dx): equal axis scales make
     # that offset the same in data and on screen, so the limits below contain every arc
