@@ -12,13 +12,14 @@ Importing this module sets the notebook's inline figure format to retina PNG (se
 from __future__ import annotations
 
 import math
+import numbers
 from html import escape
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from torch import Tensor
 
-from .guards import require_count, require_index, require_number
+from .guards import require_count, require_index
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -83,6 +84,17 @@ def _require_labels(name: str, labels: object, n: int) -> None:
     if len(labels) != n:
         raise ValueError(f"{name} must have {n} labels (one per {'row' if name.startswith('row') else 'column'} of "
                          f"the matrix), got {len(labels)}")
+
+
+def _require_finite(name: str, value: object) -> float:
+    """A finite real number (Python's, numpy's or a one-element tensor's) as a float."""
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must hold numbers, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must hold finite numbers, got {value}")
+    return float(value)
 
 
 def _require_text(**texts: object) -> None:
@@ -277,7 +289,7 @@ def svg_bars(values: Sequence[float], labels: Sequence[str], title: str = "",
     left (negative). `highlight` (an index) draws that bar and its label in bold."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray, Tensor)):
         raise TypeError(f"values must be a list of numbers, got {type(values).__name__}")
-    values = [require_number("values", v) for v in values]
+    values = [_require_finite("values", v) for v in values]
     _require_labels("labels", labels, len(values))
     _require_text(title=title, fmt=fmt)
     if highlight is not None:
