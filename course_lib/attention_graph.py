@@ -66,7 +66,7 @@ def attention_graph(weights: Tensor, labels: Sequence[str] | None = None,
     require_row_stochastic("weights", weights, max_rank=2)  # one (T, S) matrix
     threshold = require_number("threshold", threshold, non_negative=True, at_most=1.0)
     n = max(weights.shape)
-    labels = _labels(labels, n)
+    labels = _require_labels(labels, n)
     graph = nx.DiGraph()
     graph.add_nodes_from((i, {"label": labels[i]}) for i in range(n))
     for i, j in (weights > threshold).nonzero().tolist():
@@ -74,7 +74,7 @@ def attention_graph(weights: Tensor, labels: Sequence[str] | None = None,
     return graph
 
 
-def _labels(labels: Sequence[str] | None, n: int) -> list[str]:
+def _require_labels(labels: Sequence[str] | None, n: int) -> list[str]:
     labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
     if len(labels) != n:
         raise ValueError(f"labels must name all {n} positions, got {len(labels)} labels")
@@ -96,6 +96,18 @@ def with_residual(weights: Tensor, residual: float = 0.5) -> Tensor:
     return residual * eye + (1 - residual) * weights
 
 
+def _require_layers(layer_weights: object) -> None:
+    """A non-empty list of row-stochastic (..., T, T) weights of one shape and dtype, one per layer."""
+    if isinstance(layer_weights, Tensor) or not isinstance(layer_weights, Sequence) or not len(layer_weights):
+        raise TypeError("layer_weights must be a non-empty list of (..., T, T) tensors, one per layer")
+    for n, weights in enumerate(layer_weights):
+        require_row_stochastic(f"layer_weights[{n}]", weights)
+        if weights.shape != layer_weights[0].shape:
+            raise ValueError(f"layer_weights must share one shape: layer_weights[{n}] has {tuple(weights.shape)}, "
+                             f"layer_weights[0] {tuple(layer_weights[0].shape)}")
+    require_same_dtype(**{f"layer_weights[{n}]": w for n, w in enumerate(layer_weights)})
+
+
 def attention_rollout(layer_weights: Sequence[Tensor], residual: float = 0.5) -> Tensor:
     """Product of the layers' weights, last layer first: A_L ... A_2 A_1 (each with the residual).
 
@@ -103,11 +115,7 @@ def attention_rollout(layer_weights: Sequence[Tensor], residual: float = 0.5) ->
     sum over every path i -> k_{L-1} -> ... -> j of the product of its edge weights: how much of
     position i's last state traces back to token j. Rows still sum to 1.
     """
-    if isinstance(layer_weights, Tensor) or not len(layer_weights):
-        raise TypeError("layer_weights must be a non-empty list of (..., T, T) tensors, one per layer")
-    for n, weights in enumerate(layer_weights):
-        require_row_stochastic(f"layer_weights[{n}]", weights)
-    require_same_dtype(**{f"layer_weights[{n}]": w for n, w in enumerate(layer_weights)})
+    _require_layers(layer_weights)
     rollout = with_residual(layer_weights[0], residual)
     for weights in layer_weights[1:]:
         rollout = with_residual(weights, residual) @ rollout  # (..., T, T): one more layer on top
@@ -120,9 +128,12 @@ def layered_graph(layer_weights: Sequence[Tensor], residual: float = 0.0,
 
     layer_weights: one (T, T) per layer. An edge (l, i) -> (l - 1, j) carries layer l's weight
     (with the residual self-loop) when above `threshold`. With threshold 0, the paths from (L, i)
-    to (0, j) multiply out to attention_rollout(...)[i, j]. The lesson's tests call it, on checked weights.
+    to (0, j) multiply out to attention_rollout(...)[i, j].
     """
     import networkx as nx
+
+    _require_layers(layer_weights)
+    threshold = require_number("threshold", threshold, non_negative=True, at_most=1.0)
 
     T = layer_weights[0].shape[-1]
     graph = nx.DiGraph()
@@ -142,7 +153,14 @@ def token_ablation(model: Callable[[Tensor], Tensor], ids: Tensor, replacement: 
     at j alone is replaced by `replacement`; model maps ids (1, T) to logits (1, T, V). A
     position whose entry is 0 does not matter to that prediction, whatever a rollout says.
     """
+    require_instance("model", model, Callable, "a function of ids (a model)")
     require_integer("ids", ids, 2, 2)
+    require_count("replacement", replacement, minimum=0)
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)  # a course model knows its V
+    if vocab_size is not None and replacement >= vocab_size:
+        raise ValueError(f"replacement must be a token id in 0..{vocab_size - 1}, got {replacement}")
+    if isinstance(query, bool) or not isinstance(query, int):
+        raise TypeError(f"query must be an int (a position), got {type(query).__name__} {query!r}")
     if ids.shape[0] != 1:
         raise ValueError(f"ids must hold one sequence (1, T), got shape {tuple(ids.shape)}")
     T = ids.shape[1]
@@ -158,6 +176,7 @@ def token_ablation(model: Callable[[Tensor], Tensor], ids: Tensor, replacement: 
 
 def line_layout(n: int) -> dict[int, tuple[float, float]]:
     """Fixed node positions for a graph of n tokens: a row, so a sentence reads left to right."""
+    require_count("n", n)
     return {i: (float(i), 0.0) for i in range(n)}
 
 
@@ -327,6 +346,13 @@ def retrieved(states: Tensor, patterns: Tensor, targets: Tensor, tolerance: floa
     require_float("states", states, 2, 2)
     require_float("patterns", patterns, 3, 3)
     tolerance = require_number("tolerance", tolerance, positive=True)
+    B, S, D = patterns.shape
+    if states.shape != (B, D):
+        raise ValueError(f"states must be (B, D) = {(B, D)} for patterns of shape {tuple(patterns.shape)}, "
+                         f"got {tuple(states.shape)}")
+    require_integer("targets", targets, 1, 1)
+    if len(targets) != B or (B and not (0 <= int(targets.min()) and int(targets.max()) < S)):
+        raise ValueError(f"targets must be B={B} pattern indices in 0..{S - 1}, got {targets.tolist()}")
     target = patterns[torch.arange(len(patterns)), targets]  # (B, D)
     return (states - target).norm(dim=-1) < tolerance * target.norm(dim=-1)
 
@@ -335,6 +361,7 @@ def retrieval_rate(n_patterns: int, beta: float, noise: float, width: int = 32,
                    trials: int = RETRIEVAL_TRIALS,
                    steps: int = 3, seed: int = 0) -> float:
     """Share of noisy queries that end (after `steps` updates) on their own pattern."""
+    require_count("trials", trials)
     patterns = random_patterns(n_patterns, width, trials, seed)  # (trials, S, D)
     queries, targets = noisy_queries(patterns, noise, seed + 1)
     states, _ = hopfield_run(queries, patterns, beta, steps)
@@ -343,13 +370,24 @@ def retrieval_rate(n_patterns: int, beta: float, noise: float, width: int = 32,
 
 # ---------------------------------------------------------------- seed 003's claims
 
+def _require_force_field(x: object, y: object, W: object) -> None:
+    """x (T, D), y (T, d_k), W (d_k, d_k), floats of one dtype."""
+    require_float("x", x, 2, 2)
+    require_float("y", y, 2, 2)
+    require_float("W", W, 2, 2)
+    require_same_dtype(x=x, y=y, W=W)
+    if len(y) != len(x):
+        raise ValueError(f"y must have one row per row of x: x has shape {tuple(x.shape)}, y {tuple(y.shape)}")
+    if W.shape != (y.shape[1], y.shape[1]):
+        raise ValueError(f"W must be (d_k, d_k) = {(y.shape[1], y.shape[1])} for y of shape {tuple(y.shape)}, "
+                         f"got {tuple(W.shape)}")
+
+
 def force_field_energy(x: Tensor, y: Tensor, W: Tensor) -> Tensor:
     """Seed 003's energy E = -sum_ij (y_i W y_j) |x_i - x_j|^2.
 
     x (T, D), y (T, d_k), W (d_k, d_k) -> ()."""
-    require_float("x", x, 2, 2)
-    require_float("y", y, 2, 2)
-    require_float("W", W, 2, 2)
+    _require_force_field(x, y, W)
     coupling = y @ W @ y.T  # (T, T): a_ij = y_i W y_j
     distances = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)  # (T, T)
     return -(coupling * distances).sum()
@@ -359,7 +397,7 @@ def claimed_force_field_gradient(x: Tensor, y: Tensor, W: Tensor) -> Tensor:
     """The gradient seed 003 writes for that energy: dE/dx_i = 2 sum_j (y_i W y_j)(x_j - x_i).
 
     x (T, D), y (T, d_k), W (d_k, d_k) -> (T, D)."""
-    require_float("x", x, 2, 2)
+    _require_force_field(x, y, W)
     coupling = y @ W @ y.T  # (T, T)
     return 2 * (coupling @ x - coupling.sum(-1, keepdim=True) * x)
 
@@ -369,6 +407,7 @@ def associative_batch(n_examples: int, n_patterns: int, width: int, noise: float
     """A retrieval task, fresh patterns per example.
 
     Returns (patterns (B, S, D), noisy queries (B, D), targets (B,))."""
+    require_count("n_examples", n_examples)
     patterns = random_patterns(n_patterns, width, n_examples, seed)
     return (patterns, *noisy_queries(patterns, noise, seed + 1))
 

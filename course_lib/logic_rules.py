@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from .attention import Attention
 from .copying import position_copy_head
-from .guards import (require_bool, require_count, require_float_dtype, require_instance, require_integer, require_items,
-                     require_number, require_token_ids)
+from .guards import (require_bool, require_count, require_float, require_float_dtype, require_instance,
+                     require_integer, require_items, require_number, require_token_ids)
 from .model import DecoderOnly, ModelConfig
 from .training import IGNORE, run_each, train_tiny_model
 
@@ -71,7 +71,8 @@ def _require_rules(name: str, rules: object) -> Rules:
         raise TypeError(f"{name} must be a non-empty dict {{(r1, r2): r}}, got {type(rules).__name__}")
     for pair, out in rules.items():
         if not isinstance(pair, tuple) or len(pair) != 2 or not all(r in RELATIONS for r in (*pair, out)):
-            raise ValueError(f"{name} has an entry {pair!r}: {out!r} that is not (r1, r2): r over {RELATIONS}")
+            raise ValueError(f"{name} must map (r1, r2) to r, relations of {RELATIONS}; got the entry "
+                             f"{pair!r}: {out!r}")
     return rules
 
 
@@ -90,7 +91,7 @@ def encode(words: Sequence[str]) -> Tensor:
         raise TypeError(f"words must be a list of words, got {type(words).__name__}")
     unknown = [w for w in words if w not in TOKEN]
     if unknown:
-        raise ValueError(f"words has unknown words {unknown}: the vocabulary is PEOPLE + RELATIONS")
+        raise ValueError(f"words must be words of the vocabulary (PEOPLE + RELATIONS), got unknown words {unknown}")
     return torch.tensor([TOKEN[w] for w in words])
 
 
@@ -348,6 +349,13 @@ def answer_lead(logits: Tensor, targets: Tensor) -> Tensor:
     Positive exactly when the target is strictly the largest (a tie gives 0); -inf where the
     target is IGNORE.
     """
+    require_float("logits", logits, min_rank=1)
+    require_integer("targets", targets)
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets of shape {tuple(targets.shape)} must have logits' shape without its last "
+                         f"dimension: logits have shape {tuple(logits.shape)}")
+    if targets.numel() and int(targets.max()) >= logits.shape[-1]:
+        raise ValueError(f"targets must be ids below V={logits.shape[-1]} (or IGNORE), got {int(targets.max())}")
     index = targets.clamp(min=0)[..., None]  # (..., 1)
     wanted = logits.gather(-1, index)  # (..., 1)
     others = logits.scatter(-1, index, -math.inf).max(-1, keepdim=True).values
@@ -407,8 +415,15 @@ def composition_answers(model: DecoderOnly, rules: Rules, people: Sequence[str] 
 ANSWER_KINDS = ("right", "borrowed", "other")
 
 
+def _require_pair(pair: object) -> None:
+    """pair must be (r1, r2), two relations of the rule table."""
+    if not (isinstance(pair, tuple) and len(pair) == 2 and all(r in RELATIONS for r in pair)):
+        raise ValueError(f"pair must be (r1, r2), two relations of {RELATIONS}, got {pair!r}")
+
+
 def nearby_answers(pair: tuple[str, str], rules: Rules = TRAIN_RULES) -> set[str]:
     """The answers of the rules in `rules` that share r1 or r2 with pair = (r1, r2)."""
+    _require_pair(pair)
     r1, r2 = pair
     return {out for (a, b), out in _require_rules("rules", rules).items() if a == r1 or b == r2}
 
@@ -418,7 +433,9 @@ def answer_kind(pair: tuple[str, str], answer: str, rules: Rules = TRAIN_RULES) 
     rule table's r1 o r2), "borrowed" (wrong, but the answer of a rule in `rules` that shares
     r1 or r2 with it: father mother -> grandmother lent to husband mother) or "other"."""
     if pair not in RULES:
-        raise ValueError(f"pair {pair!r} is not a composition of the rule table")
+        raise ValueError(f"pair must be a composition (r1, r2) of the rule table, got {pair!r}")
+    if answer not in VOCAB:
+        raise ValueError(f"answer must be a word of the vocabulary (a person or a relation), got {answer!r}")
     if answer == RULES[pair]:
         return "right"
     return "borrowed" if answer in nearby_answers(pair, rules) else "other"
@@ -452,6 +469,9 @@ def random_layer_features(n_relations: int, d_ff: int, generator: torch.Generato
     embeddings of width d_model = d_ff / 4 (r1-major pairs); the layer is ReLU(x W + b) with
     W, b random and fixed; the last column is 1 (the output layer's bias). float32.
     """
+    require_count("n_relations", n_relations)
+    require_count("d_ff", d_ff, minimum=4)
+    require_instance("generator", generator, torch.Generator)
     d_model = d_ff // 4
     embed = torch.randn(n_relations, d_model, generator=generator) / math.sqrt(d_model)
     w_in = torch.randn(2 * d_model, d_ff, generator=generator)
@@ -470,6 +490,8 @@ def symmetric_gram(x: Tensor, blocks: int = 4) -> Tensor:
     torch releases Python's lock while it multiplies, so two threads compute them side by side
     on a 2-core machine, every entry the same number as one product after another.
     """
+    require_float("x", x, 2, 2)
+    require_count("blocks", blocks)
     edges = [round(i * x.shape[1] / blocks) for i in range(blocks + 1)]
     pairs = [(i, j) for i in range(blocks) for j in range(i, blocks)]  # (row block, column block)
     threads = torch.get_num_threads()  # the caller's setting (the lessons: 1)
@@ -531,6 +553,17 @@ def capacity_curve(d_ffs: Sequence[int], n_relations: int = TABLE_RELATIONS,
     return torch.tensor([rules_right(d_ff, n_relations, n_answers, seed) for d_ff in d_ffs])
 
 
+def _require_numbers(name: str, values: object) -> None:
+    """values: a real tensor, or a list of numbers (what torch.as_tensor turns into one)."""
+    if isinstance(values, Tensor):
+        if values.dtype == torch.bool or values.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {values.dtype}")
+        return
+    if not isinstance(values, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{name} must be a tensor or a list of numbers, got {values!r}")
+
+
 def fano_bits(right: Tensor, table: Tensor, n_answers: int = N_ANSWERS) -> Tensor:
     """The bits about a random table that answers with `right` of `table` rules right must hold.
 
@@ -542,6 +575,8 @@ def fano_bits(right: Tensor, table: Tensor, n_answers: int = N_ANSWERS) -> Tenso
     (e = 1 - 1 / n_answers), table * log2(n_answers) when every rule is right.
     """
     require_count("n_answers", n_answers, minimum=2)
+    _require_numbers("right", right)
+    _require_numbers("table", table)
     right, table = torch.as_tensor(right, dtype=torch.float64), torch.as_tensor(table, dtype=torch.float64)
     if right.shape != table.shape or bool((table <= 0).any()) or bool(((right < 0) | (right > table)).any()):
         raise ValueError("right and table must be counts of one shape with 0 <= right <= table and table > 0")
@@ -553,6 +588,8 @@ def fano_bits(right: Tensor, table: Tensor, n_answers: int = N_ANSWERS) -> Tenso
 
 def fit_power_law(x: Tensor, y: Tensor) -> tuple[float, float]:
     """(a, p) of the least-squares line log y = log a + p log x; x, y: (n,) positive, n >= 2."""
+    _require_numbers("x", x)
+    _require_numbers("y", y)
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if x.dim() != 1 or x.shape != y.shape or len(x) < 2:
         raise ValueError(f"x and y must be 1-D, of one length >= 2, got shapes {tuple(x.shape)} and {tuple(y.shape)}")

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import Attention, _merge_heads, _split_heads
-from .guards import require_count, require_float, require_index, require_instance, require_items
+from .guards import require_count, require_float, require_index, require_instance, require_integer, require_items
 from .measure import OperationCounter
 from .model import DecoderOnly, ModelConfig
 from .torch_copy import to_torch
@@ -66,6 +66,9 @@ def multiply_adds(d_model: int, n_heads: int, T: int = 16, S: int | None = None)
     elementwise operation (the softmax's exp, ...).
     """
     d_model, T = require_count("d_model", d_model), require_count("T", T)
+    require_count("n_heads", n_heads)
+    if d_model % n_heads:
+        raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}: each head takes d_model / n_heads columns")
     S = T if S is None else require_count("S", S)
     layer = Attention(d_model, n_heads=n_heads)
     gen = torch.Generator().manual_seed(0)
@@ -148,18 +151,31 @@ def without_heads(model: nn.Module, heads: list[int] | tuple[int, ...],
 # only the first n_symbols of them).
 
 
+def _require_symbols(name: str, values: object, n_symbols: object, power: int, rank: int | None = None) -> None:
+    """values: an integer tensor (of `rank` dimensions) with entries in 0..n_symbols^power - 1;
+    n_symbols an int >= 2."""
+    require_count("n_symbols", n_symbols, minimum=2)
+    size = n_symbols ** power
+    require_integer(name, values, rank or 0, rank)
+    if values.numel() and not (0 <= int(values.min()) and int(values.max()) < size):
+        raise ValueError(f"{name} must lie in 0..{size - 1} for n_symbols={n_symbols}, got values from "
+                         f"{int(values.min())} to {int(values.max())}")
+
+
 def two_relation_targets(ids: Tensor, n_symbols: int) -> Tensor:
     """ids: (B, T) symbols in 0..n_symbols-1 -> targets (B, T).
 
-    targets[t] = previous * n_symbols + first; IGNORE at t = 0. Trusts its input (two_relation_batch's).
+    targets[t] = previous * n_symbols + first; IGNORE at t = 0.
     """
+    _require_symbols("ids", ids, n_symbols, 1, rank=2)
     targets = ids.roll(1, dims=-1) * n_symbols + ids[:, :1]  # (B, T): [t] = ids[t-1] * N + ids[0]
     targets[:, 0] = IGNORE  # position 0 has no previous symbol
     return targets
 
 
 def split_answer(classes: Tensor, n_symbols: int) -> tuple[Tensor, Tensor]:
-    """Answer classes (any shape) -> (previous symbol, first symbol), each of the same shape. Trusts its input."""
+    """Answer classes (any shape) -> (previous symbol, first symbol), each of the same shape."""
+    _require_symbols("classes", classes, n_symbols, 2)
     return classes.div(n_symbols, rounding_mode="floor"), classes.remainder(n_symbols)
 
 
@@ -181,6 +197,9 @@ def multi_head_model(n_heads: int, n_symbols: int = 6, length: int = 8, d_model:
     """The course's DecoderOnly model (one causal layer, learned positions, float64) with n_heads
     heads, for the two-relation task: its vocabulary is the n_symbols^2 answer classes."""
     n_symbols = require_count("n_symbols", n_symbols, minimum=2)
+    require_count("n_heads", n_heads)
+    require_count("d_model", d_model)
+    require_count("seed", seed, minimum=0)
     config = ModelConfig(vocab_size=n_symbols * n_symbols, max_len=require_count("length", length, 3),
                          d_model=d_model, n_heads=n_heads, seed=seed)
     model = DecoderOnly(config)
@@ -200,14 +219,16 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
 
     Returns (model, losses).
     """
+    require_count("batch", batch)
     model = multi_head_model(n_heads, n_symbols, length, d_model, seed)
     losses = train_tiny_model(model, two_relation_batch(batch, length, n_symbols), steps, lr, seed)
     return model, losses
 
 
-def _require_relation_model(model: object) -> int:
+def _require_relation_model(model: object, n_sequences: object = 1) -> int:
     """The model's n_symbols, or a TypeError naming what it must be."""
     require_instance("model", model, DecoderOnly, "a DecoderOnly model (see multi_head_model)")
+    require_count("n_sequences", n_sequences)
     return round(model.config.vocab_size ** 0.5)
 
 
@@ -224,7 +245,7 @@ def relation_accuracy(model: nn.Module, n_sequences: int = 512, seed: int = 1) -
 
     Returns {"previous": ..., "first": ...}; chance is 1 / n_symbols for each.
     """
-    n_symbols = _require_relation_model(model)
+    n_symbols = _require_relation_model(model, n_sequences)
     require_count("seed", seed, minimum=0)
     ids, _ = _fresh_batch(model, n_sequences, n_symbols, seed)
     previous, first = split_answer(model(ids).argmax(-1)[:, 1:], n_symbols)  # (B, T-1) each
@@ -238,7 +259,7 @@ def relation_attention(model: nn.Module, n_sequences: int = 256, seed: int = 1) 
 
     Averaged over queries t >= 2 of fresh sequences.
     """
-    n_symbols = _require_relation_model(model)
+    n_symbols = _require_relation_model(model, n_sequences)
     require_count("seed", seed, minimum=0)
     ids, _ = _fresh_batch(model, n_sequences, n_symbols, seed)
     model(ids)
@@ -320,8 +341,12 @@ def relation_logits(logits: Tensor, n_symbols: int) -> Tensor:
 
     Class = previous * n_symbols + first, so the logits are an n_symbols x n_symbols table;
     each half is that table averaged over the other half (linear: parts still add up).
-    relation_margins calls it on a checked model's logits.
     """
+    require_float("logits", logits, min_rank=1)
+    require_count("n_symbols", n_symbols, minimum=2)
+    if logits.shape[-1] != n_symbols * n_symbols:
+        raise ValueError(f"logits must have n_symbols^2 = {n_symbols * n_symbols} answer classes in their last "
+                         f"dimension, got shape {tuple(logits.shape)}")
     table = logits.unflatten(-1, (n_symbols, n_symbols))  # (..., previous, first)
     return torch.stack([table.mean(-1), table.mean(-2)], dim=-2)  # (..., 2, n_symbols)
 
@@ -335,7 +360,7 @@ def relation_margins(model: nn.Module, n_sequences: int = 256, seed: int = 1) ->
     up over the parts to the whole model's margin (key "total"). From t = 2 on, t - 1 and 0 are
     different positions, so a head that reads one cannot get the other right by coincidence.
     """
-    n_symbols = _require_relation_model(model)
+    n_symbols = _require_relation_model(model, n_sequences)
     require_count("seed", seed, minimum=0)
     ids, _ = _fresh_batch(model, n_sequences, n_symbols, seed)
     first = ids[:, :1].expand(-1, ids.shape[1] - 2)  # (B, T-2)

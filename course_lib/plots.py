@@ -12,11 +12,14 @@ Importing this module sets the notebook's inline figure format to retina PNG (se
 from __future__ import annotations
 
 import math
+import numbers
 from html import escape
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from torch import Tensor
+
+from .guards import require_count, require_index
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -61,11 +64,43 @@ def _as_numpy(matrix: Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(matrix)
 
 
-def _check_labels(values: np.ndarray, row_labels: Sequence[str],
-                  col_labels: Sequence[str]) -> None:
-    if values.shape != (len(row_labels), len(col_labels)):
-        raise ValueError(f"matrix of shape {values.shape} needs {values.shape[0]} row labels and {values.shape[1]} "
-                         f"column labels, got {len(row_labels)} and {len(col_labels)}")
+def _require_matrix(matrix: object, row_labels: object, col_labels: object) -> np.ndarray:
+    """matrix: a (rows, cols) tensor or array of numbers, one label per row and per column;
+    returns its values as a float array."""
+    if not isinstance(matrix, (Tensor, np.ndarray)):
+        raise TypeError(f"matrix must be a tensor or a numpy array, got {type(matrix).__name__}")
+    values = _as_numpy(matrix)
+    if values.ndim != 2 or not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise ValueError(f"matrix must be a 2-D array of numbers (rows, cols), got shape {values.shape} "
+                         f"and dtype {values.dtype}")
+    for name, labels, n in (("row_labels", row_labels, values.shape[0]), ("col_labels", col_labels, values.shape[1])):
+        _require_labels(name, labels, n)
+    return values.astype(float)
+
+
+def _require_labels(name: str, labels: object, n: int) -> None:
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise TypeError(f"{name} must be a list of {n} labels, got {type(labels).__name__}")
+    if len(labels) != n:
+        raise ValueError(f"{name} must have {n} labels (one per {'row' if name.startswith('row') else 'column'} of "
+                         f"the matrix), got {len(labels)}")
+
+
+def _require_finite(name: str, value: object) -> float:
+    """A finite real number (Python's, numpy's or a one-element tensor's) as a float."""
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must hold numbers, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must hold finite numbers, got {value}")
+    return float(value)
+
+
+def _require_text(**texts: object) -> None:
+    for name, text in texts.items():
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a string, got {type(text).__name__} {text!r}")
 
 
 def _allowed_mask(values: np.ndarray, allowed: Tensor | np.ndarray | None) -> np.ndarray:
@@ -90,8 +125,8 @@ def heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     """
     import matplotlib.pyplot as plt
 
-    values = _as_numpy(matrix).astype(float)
-    _check_labels(values, row_labels, col_labels)
+    values = _require_matrix(matrix, row_labels, col_labels)
+    _require_text(title=title, fmt=fmt, row_axis=row_axis, col_axis=col_axis)
     shown = _allowed_mask(values, allowed) & np.isfinite(values)
     if ax is None:
         # About 0.6 inch per cell at 100 dpi: a 6-token matrix fills half the column,
@@ -145,7 +180,11 @@ def _colour(value: float, limit: float) -> str:
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     """About `count` round-number ticks (steps of 1, 2 or 5 times a power of ten) that lie
-    within [low, high]; always at least two."""
+    within [low, high]; always at least two. A degenerate range (high <= low, or not finite) gives [low]."""
+    for name, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    require_count("count", count, minimum=0)
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return [low]
     raw = (high - low) / max(count, 1)
@@ -185,7 +224,11 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     (negative) at |value| = limit (default: the largest |value|). `highlight_row` is
     framed and bold.
     """
-    values = _as_numpy(matrix)
+    values = _require_matrix(matrix, row_labels, col_labels)
+    _require_text(title=title, fmt=fmt, row_axis=row_axis, col_axis=col_axis)
+    require_count("cell", cell)
+    if highlight_row is not None:
+        require_index("highlight_row", highlight_row, values.shape[0], "rows")
     allowed = _allowed_mask(values, allowed)
     n_rows, n_cols = values.shape
     label_w = CHAR_PX * max((len(str(label)) for label in row_labels), default=1)
@@ -244,7 +287,13 @@ def svg_bars(values: Sequence[float], labels: Sequence[str], title: str = "",
              highlight: int | None = None) -> str:
     """Horizontal bar chart, one labelled bar per token; bars grow right (positive) or
     left (negative). `highlight` (an index) draws that bar and its label in bold."""
-    values = [float(v) for v in values]
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray, Tensor)):
+        raise TypeError(f"values must be a list of numbers, got {type(values).__name__}")
+    values = [_require_finite("values", v) for v in values]
+    _require_labels("labels", labels, len(values))
+    _require_text(title=title, fmt=fmt)
+    if highlight is not None:
+        require_index("highlight", highlight, len(values), "bars")
     limit = limit or max((abs(v) for v in values), default=1.0) or 1.0
     label_w = CHAR_PX * max((len(str(label)) for label in labels), default=1)
     number_w = CHAR_PX * max((len(fmt.format(v)) for v in values), default=4)
@@ -380,6 +429,14 @@ def svg_curve(xs: Sequence[float], series: dict[str, Sequence[float]],
     the plot area and an optional marker: a dashed line at `marker_x` with a dot on each
     series and its value there. Series named in `dashed` are drawn dashed (in the legend
     too), so one drawn over another with the same values leaves both visible."""
+    if isinstance(xs, (str, bytes)) or not isinstance(xs, (Sequence, np.ndarray, Tensor)) or not len(xs):
+        raise TypeError(f"xs must be a non-empty list of numbers, got {xs!r}")
+    if not isinstance(series, dict) or not series:
+        raise TypeError(f"series must be a non-empty dict of name -> values, got {type(series).__name__}")
+    for name, ys in series.items():
+        if isinstance(ys, (str, bytes)) or not isinstance(ys, (Sequence, np.ndarray, Tensor)) or len(ys) != len(xs):
+            raise ValueError(f"series must give one value per x ({len(xs)}): series[{name!r}] is {ys!r}")
+    _require_text(x_label=x_label, y_label=y_label)
     xs = np.asarray(xs, dtype=float)
     every = np.concatenate([np.asarray(v, dtype=float) for v in series.values()])
     y_low, y_high = float(every.min()), float(every.max())

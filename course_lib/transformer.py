@@ -26,8 +26,8 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .guards import (require_bool, require_choice, require_count, require_instance, require_integer,
-                     require_length_fits, require_mask, require_number, require_same_shape)
+from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_integer,
+                     require_items, require_length_fits, require_mask, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
 from .model import Block, EncoderDecoder, FeedForward, ModelConfig, require_ids
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
@@ -40,6 +40,10 @@ __all__ = ["Block", "FeedForward"]  # the model's pieces, as lesson 09 names the
 def transformer_config(**fields: object) -> ModelConfig:
     """A ModelConfig with lesson 09's sizes unless `fields` say otherwise: 12 tokens, 16 positions,
     4 heads, an FFN of width 64, post-LN (2017), sinusoidal positions, 1 encoder and 1 decoder block."""
+    unknown = sorted(set(fields) - set(ModelConfig.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"fields must be ModelConfig fields ({', '.join(ModelConfig.__dataclass_fields__)}), "
+                        f"got {unknown}")
     config = ModelConfig(**{"vocab_size": 12, "max_len": 16, "n_heads": 4, "d_ff": 64, "norm": "post",
                             "positions": "sinusoidal", **fields})
     if config.d_model % 2:
@@ -57,6 +61,10 @@ def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: 
                seed: int = 0) -> tuple[float, float]:
     """Largest |difference| between this model's core and nn.Transformer (random weights copied in,
     padding and causal masks, float64): (outputs, gradients of every input and weight)."""
+    require_bool("norm_first", norm_first)
+    for name, value in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads), ("d_ff", d_ff)):
+        require_count(name, value)
+    require_count("seed", seed, minimum=0)
     config = transformer_config(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_encoder_layers=n_layers,
                                 n_decoder_layers=n_layers, norm="pre" if norm_first else "post", seed=seed)
     gen = torch.Generator().manual_seed(seed)
@@ -101,12 +109,15 @@ class Batch(NamedTuple):
 
 
 def task_answer(task: str, src: Tensor) -> Tensor:
-    """The answer to `task` for each source row: src (B, S) -> (B, S). Trusts its input (toy_batch checked it)."""
+    """The answer to `task` for each source row: src (B, S) -> (B, S)."""
+    require_choice("task", task, TASKS)
+    require_integer("src", src, 2, 2)
     return src.flip(-1) if task == "reverse" else src.sort(-1).values
 
 
 def is_held_out(src: Tensor) -> Tensor:
     """(B, S) -> (B,) bool: about 1 source in 7, by a fixed hash of the whole row, is never trained on."""
+    require_integer("src", src, 2, 2)
     return (src * torch.arange(3, 3 + src.shape[-1])).sum(-1) % 7 == 0
 
 
@@ -118,6 +129,8 @@ def toy_batch(task: str, n_sequences: int, length: int, n_symbols: int, generato
     require_count("n_sequences", n_sequences)
     require_count("length", length)
     require_count("n_symbols", n_symbols, minimum=2)
+    require_instance("generator", generator, torch.Generator)
+    require_bool("held_out", held_out)
     if task == "sort" and length > n_symbols:
         raise ValueError(f"sort draws distinct symbols: length={length} needs n_symbols >= length, got {n_symbols}")
     rows = []
@@ -136,6 +149,8 @@ def toy_batch(task: str, n_sequences: int, length: int, n_symbols: int, generato
 
 def sequence_loss(model: EncoderDecoder, batch: Batch) -> Tensor:
     """Mean cross-entropy of the teacher-forced logits against every answer token."""
+    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    require_instance("batch", batch, Batch, "a Batch (see toy_batch)")
     logits = model(batch.src, batch.tgt_in)  # (B, T, V)
     return nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten())
 
@@ -148,6 +163,9 @@ def train_transformer(task: str = "reverse", config: ModelConfig | None = None, 
     Sources have `length` symbols in 1..vocab_size-1 (0 is BOS) and never come from the held-out part.
     progress=True shows a bar labelled with the task, with the step and the loss.
     """
+    require_choice("task", task, TASKS)
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
     model = transformer(transformer_config() if config is None else config).double()
     config = model.config
     generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
@@ -167,9 +185,10 @@ def final_losses(task: str, configs: dict[str, Callable[[int], ModelConfig]],
     progress=True shows one bar that counts the runs, labelled with the task, and the step and
     loss of each run going on; workers > 1 trains that many at once (training.run_each: the
     same losses)."""
+    require_items("seeds", seeds)
     require_count("last", last)
     if last > require_count("steps", steps):
-        raise ValueError(f"last={last} is more than steps={steps}")
+        raise ValueError(f"last={last} must be at most steps={steps}")
     runs = [(name, make(seed), seed) for name, make in configs.items() for seed in seeds]
     job = functools.partial(_final_loss, task=task, steps=steps, n_sequences=n_sequences,
                             length=length, lr=lr, last=last)
@@ -238,6 +257,8 @@ def exact_match(predicted: Tensor, answer: Tensor) -> float:
     require_integer("predicted", predicted, 2, 2)
     require_integer("answer", answer, 2, 2)
     require_same_shape("predicted", predicted, "answer", answer)
+    if not len(predicted):
+        raise ValueError(f"predicted must hold at least one row, got shape {tuple(predicted.shape)}")
     return (predicted == answer).all(-1).double().mean().item()
 
 
@@ -245,6 +266,7 @@ def held_out_accuracy(model: EncoderDecoder, task: str, n_sequences: int = 500, 
                       seed: int = 1) -> float:
     """Exact-sequence accuracy of greedy decoding on held-out sources (never trained on)."""
     require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    require_count("seed", seed, minimum=0)
     batch = toy_batch(task, n_sequences, length, model.config.vocab_size - 1, torch.Generator().manual_seed(seed),
                       held_out=True)
     return exact_match(greedy_decode(model, batch.src, length).tokens, batch.tgt_out)
@@ -262,6 +284,14 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     return counts
 
 
+def _require_timing(lengths: object, d_model: object, repeats: object) -> None:
+    """lengths a non-empty list of ints >= 1; d_model and repeats ints >= 1."""
+    for T in require_items("lengths", lengths):
+        require_count("lengths", T)
+    require_count("d_model", d_model)
+    require_count("repeats", repeats)
+
+
 def _seconds(fn: Callable[[], object], repeats: int) -> float:
     """Fastest of `repeats` runs (the least disturbed by other programs), in seconds."""
     best = float("inf")
@@ -276,6 +306,7 @@ def _seconds(fn: Callable[[], object], repeats: int) -> float:
 def time_one_pass_vs_steps(lengths: list[int], d_model: int = 32, repeats: int = 3) -> dict[int, float]:
     """For each T: time of decoding T positions one call per position (as generation must) over the
     time of ONE teacher-forced pass that computes all T positions at once (as training does)."""
+    _require_timing(lengths, d_model, repeats)
     model = transformer(transformer_config(d_model=d_model, d_ff=2 * d_model, max_len=max(lengths)))
     ratios = {}
     for T in lengths:
@@ -292,7 +323,8 @@ def time_block_vs_rnn(lengths: list[int], d_model: int = 64, n_sequences: int = 
                       repeats: int = 3) -> dict[int, tuple[float, float]]:
     """For each T: seconds of one encoder block's forward (all T positions at once) and of
     torch's nn.RNN at the same width (T updates, each waiting for the one before)."""
-    require_count("d_model", d_model)
+    _require_timing(lengths, d_model, repeats)
+    require_count("n_sequences", n_sequences)
     block = Block(transformer_config(d_model=d_model, n_heads=4, d_ff=4 * d_model, max_len=max(lengths)))
     rnn = nn.RNN(d_model, d_model, batch_first=True)
     times = {}
@@ -337,8 +369,9 @@ def rank_one_residual(x: Tensor) -> Tensor:
 
     Dong, Cordonnier & Loukas (2021): res(X) = X - 1 x^T with x = argmin_x ||X - 1 x^T||; here
     measured in the Frobenius norm, whose minimising x is the mean row, relative to ||X||.
-    0 means rank collapse: every position carries the same vector. Trusts x (depth_probe's memory).
+    0 means rank collapse: every position carries the same vector.
     """
+    require_float("x", x, min_rank=2)
     residual = x - x.mean(-2, keepdim=True)  # (..., T, D): X - 1 x^T
     return residual.norm(dim=(-2, -1)) / x.norm(dim=(-2, -1))
 
@@ -363,8 +396,10 @@ def hand_set_reverser(length: int = 8, vocab_size: int = 11, max_len: int = 16,
     require_count("vocab_size", vocab_size, minimum=2)
     D, n_pairs = 64, 32
     if vocab_size > 11:
-        raise ValueError(f"hand_set_reverser has 11 token columns: vocab_size={vocab_size} needs more")
-    require_length_fits(length, max_len, "max_len")
+        raise ValueError(f"vocab_size must be at most 11 (the token columns), got {vocab_size}")
+    require_count("max_len", max_len)
+    if length > max_len:
+        raise ValueError(f"length={length} must be at most max_len={max_len}")
     require_number("sharpness", sharpness, positive=True)
     require_number("token_scale", token_scale, positive=True)
     config = transformer_config(vocab_size=vocab_size, max_len=max_len, d_model=D, n_heads=1, d_ff=4,

@@ -329,7 +329,7 @@ def test_final_losses_are_the_training_runs_last_losses():
         _, run = train_transformer("sort", make["a"](seed), 4, 4, 5, 1e-2, seed)
         assert value == pytest.approx(sum(run[-2:]) / 2, abs=0, rel=0)
     assert got["a"][0] != got["a"][1]
-    with pytest.raises(ValueError, match="last=5 is more than steps=4"):
+    with pytest.raises(ValueError, match="last=5 must be at most steps=4"):
         final_losses("sort", make, [0], steps=4, n_sequences=4, length=5, lr=1e-2)
 
 
