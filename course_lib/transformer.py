@@ -236,7 +236,7 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, steps: int, cache: bool = 
     require_bool("cache", cache)
     if src_mask is not None:
         require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
-    require_length_fits(steps, model.config.max_len, "model")
+    require_length_fits(steps, model.config.max_len, "model", "steps")
     memory = model.encode(model.embed(src), src_mask)  # (B, S, D)
     prefix = torch.full((src.shape[0], 1), BOS)  # (B, 1)
     caches = [({}, {}) for _ in model.decoder] if cache else None  # per block: self-attention's, memory's
