@@ -385,3 +385,30 @@ def test_the_autograded_notebook_keeps_no_script_widget_state_or_unsafe_html(gra
                                          for c in nb.cells for o in c.get("outputs", [])
                                          if o["output_type"] in ("display_data", "execute_result")]), unsafe
     assert "TR-TABLE-CELL" in text and PNG in text
+
+
+def test_the_judges_records_survive_cleaning_and_a_forged_grade_id_does_not():
+    """The hand-in records the judge reads stay in the autograded notebook, for review; a grade id
+    that nbgrader's templates would print raw into the page is dropped with its metadata."""
+    from course_lib.checks.hand_in import MIME
+    from grading.sanitize import HAND_IN_MIME, SanitizeOutputs, clean_output
+
+    assert HAND_IN_MIME == MIME
+    record = {"output_type": "display_data", "data": {MIME: {"exercise": "softmax_rows", "cases": []}},
+              "metadata": {}}
+    assert clean_output(record) == record
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x", metadata={"nbgrader": {
+        "grade": True, "grade_id": '"><img src=x onerror=alert(1)>', "points": 1}})])
+    SanitizeOutputs().preprocess(nb, {})
+    assert "nbgrader" not in nb.cells[0].metadata
+
+
+def test_the_page_of_a_flagged_submission_escapes_its_notes_and_carries_the_csp(tmp_path):
+    import grade
+
+    note = '<img src=x onerror="alert(1)"> is not a readable notebook'
+    grade.write_flag_feedback(tmp_path, grade.Submission(STUDENT, SET01, "flagged", [note]))
+    page = (tmp_path / "feedback" / STUDENT / SET01 / f"{SET01}.html").read_text()
+    head = page.split("</head>")[0]
+    assert '<meta http-equiv="Content-Security-Policy"' in head and "default-src &#x27;none&#x27;" in head
+    assert "<img" not in page and "&lt;img" in page
