@@ -42,8 +42,8 @@ HAND_IN_MIME = "application/vnd.transformer-roots.hand-in+json"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The only data: URLs a page may show: pictures, as <img src>.
 IMAGE_DATA_URL = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml)(;base64)?,", re.IGNORECASE)
-# Output types kept as they are (text, pictures) or cleaned (HTML, markdown); anything else (script,
-# widget views, LaTeX, JSON, vendor types) is replaced by a line saying what was removed.
+# Output types kept as they are (text, pictures, plain JSON data) or cleaned (HTML, markdown, SVG);
+# anything else (script, widget views, LaTeX, other vendor types) is replaced by a line saying so.
 KEPT = {"text/plain", "image/png", "image/jpeg", "image/gif", "application/json", HAND_IN_MIME}
 PICTURES = {"image/png", "image/jpeg", "image/gif"}
 CLEANED = {"text/html", "text/markdown", "image/svg+xml"}
@@ -156,16 +156,16 @@ class SafeHTMLExporter(HTMLExporter):
         resources = dict(resources or {}, csp_nonce=self.csp_nonce)
         page, resources = super().from_notebook_node(nb, resources, **kw)
         if self.content_security_policy:
-            meta = f'<meta http-equiv="Content-Security-Policy" content="{html.escape(self.content_security_policy)}">'
+            meta = csp_meta(self.content_security_policy)
             page, found = re.subn(r"<head>", lambda _: "<head>\n" + meta, page, count=1, flags=re.IGNORECASE)
             if not found:  # a template without a <head>: the policy must still come first
                 page = meta + page
         return page, resources
 
 
-def csp_meta() -> str:
-    """The feedback CSP as a <meta> tag, for pages written by hand (grade.py's flagged feedback)."""
-    return f'<meta http-equiv="Content-Security-Policy" content="{html.escape(FEEDBACK_CSP)}">'
+def csp_meta(policy: str = FEEDBACK_CSP) -> str:
+    """A CSP as a <meta> tag (by default the feedback's, for grade.py's page of a flagged submission)."""
+    return f'<meta http-equiv="Content-Security-Policy" content="{html.escape(policy)}">'
 
 
 # --- The formgrader (a Jupyter server extension; scripts/hub.py and the Makefile enable it).
