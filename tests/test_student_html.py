@@ -265,7 +265,8 @@ def test_the_feedback_page_runs_no_student_script_and_shows_text_tables_and_pict
     ran, page = visit(chromium, hits, feedback.as_uri(), "TR-TEXT", "feedback.png")
     assert ran == [], f"payloads ran in the feedback page: {ran}"
     assert_gradeable(page)
-    assert page.get_by_text("Score:").count() >= 1, "no score shown"
+    # The payloads cost nothing where the answers are right: cleaning keeps the judge's records.
+    assert page.get_by_text("Score: 7.0 / 7.0").count() == 1, "the right answers lost points"
     page.context.close()
 
 
