@@ -45,7 +45,14 @@ $(SERVER_CONFIG): $(STAMP)
 	@mkdir -p $(dir $@)
 	@echo '{"ServerApp": {"kernel_websocket_connection_class": "course_lib.serving.PromptKernelConnection"}}' > $@
 
-setup: $(STAMP) $(SERVER_CONFIG)
+# An instructor's server (make lab, the hub's) renders submissions in the formgrader through
+# grading/sanitize.py, which answers those pages with a strict CSP. The student copy has no grading/.
+GRADING_CONFIG := $(VENV)/etc/jupyter/jupyter_server_config.d/transformer-roots-grading.json
+$(GRADING_CONFIG): $(STAMP)
+	@mkdir -p $(dir $@)
+	@echo '{"ServerApp": {"jpserver_extensions": {"grading.sanitize": true}}}' > $@
+
+setup: $(STAMP) $(SERVER_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
 
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)

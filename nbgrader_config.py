@@ -11,6 +11,7 @@ import os
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, GetGrades, LimitOutput, SaveAutoGrades
 
+from grading.sanitize import SafeHTMLExporter, SanitizeOutputs
 from grading.steps import (TIMEOUT_SECONDS, HideHiddenTests, JudgeHandIns, LimitedExecute, NameLimits,
                            SeedHiddenTests, StderrToStdout)
 
@@ -36,10 +37,14 @@ c.LimitedExecute.timeout = TIMEOUT_SECONDS
 c.LimitedExecute.iopub_timeout = TIMEOUT_SECONDS
 c.LimitedExecute.raise_on_iopub_timeout = False
 
+# Once judged, the outputs keep no script, widget state or unsafe HTML (grading/sanitize.py): the
+# autograded notebook is safe to open in JupyterLab and to render in the formgrader and feedback.
 c.Autograde.autograde_preprocessors = [SeedHiddenTests, LimitedExecute, StderrToStdout, NameLimits, JudgeHandIns,
-                                       ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                                       SanitizeOutputs, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                        AssignLatePenalties, CheckCellMetadata]
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# Feedback pages render the student's notebook cleaned, with a strict CSP in each file.
+c.GenerateFeedback.exporter_class = SafeHTMLExporter
 
 # scripts/grade.py names a kernel that runs each submission in a sandbox (scripts/sandbox_kernel.py).
 if os.environ.get("TR_KERNEL_NAME"):

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import nbformat
 
 from grading import exercise_sets  # the course's one list of sets (the package's __init__ only)
+from grading.sanitize import csp_meta  # every feedback page carries the same strict CSP
 
 if TYPE_CHECKING:  # grading/ is imported only for an LMS download
     from grading.lms import Collected
@@ -230,7 +231,7 @@ def write_flag_feedback(course: Path, sub: Submission) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     items = "".join(f"<li>{html.escape(note)}</li>" for note in sub.notes)
     (folder / f"{sub.set_name}.html").write_text(
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{sub.set_name}</title></head><body>"
+        f"<!DOCTYPE html><html><head>{csp_meta()}<meta charset='utf-8'><title>{sub.set_name}</title></head><body>"
         f"<h1>{html.escape(sub.set_name)}: not graded</h1><p>Your submission could not be graded:</p>"
         f"<ul>{items}</ul><p>Fix it and hand it in again; nothing else is wrong with the other sets.</p>"
         "</body></html>")

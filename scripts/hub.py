@@ -90,12 +90,14 @@ INSTRUCTOR_ONLY_LAB = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create
                        "@jupyter/nbgrader:course-list"]
 SERVER_EXTENSIONS = ["jupyterlab", "jupyter_server_terminals", "notebook_shim",
                      "nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
-                     "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list"]
+                     "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list",
+                     "grading.sanitize"]  # the formgrader's submission pages, sanitized and with a strict CSP
 # nbgrader's exchange steps, each done by the class's own exchange (grading/exchange.py).
 EXCHANGE_CLASSES = {"fetch_assignment": "FetchAssignment", "fetch_feedback": "FetchFeedback", "list": "List",
                     "submit": "Submit", "release_assignment": "ReleaseAssignment",
                     "release_feedback": "ReleaseFeedback", "collect": "Collect"}
-INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
+INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list",
+                          "grading.sanitize"]
 
 
 @dataclass

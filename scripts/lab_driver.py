@@ -37,8 +37,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab(root: Path, log_path: Path) -> Iterator[str]:
-    """Start `jupyter lab` on `root`, yield its base URL (with token), then stop it."""
+def jupyterlab(root: Path, log_path: Path, cwd: Path | None = None) -> Iterator[str]:
+    """Start `jupyter lab` on `root`, yield its base URL (with token), then stop it.
+
+    `cwd`: the folder the server runs in (nbgrader's formgrader reads nbgrader_config.py there)."""
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
         # A fresh settings folder would show a "news?" pop-up over the notebook: answer it
@@ -58,7 +60,7 @@ def jupyterlab(root: Path, log_path: Path) -> Iterator[str]:
             command.append("--allow-root")
         with open(log_path, "w") as log:
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                      env=env, start_new_session=True)
+                                      env=env, cwd=cwd, start_new_session=True)
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.time() + 60

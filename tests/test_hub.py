@@ -763,6 +763,19 @@ def test_a_bad_roster_row_is_named(tmp_path):
         hub.read_roster(roster)
 
 
+def test_the_instructors_formgrader_shows_a_submission_under_the_strict_csp(hub_class, cycle):
+    """The hub turns on grading.sanitize in the instructor's server (scripts/hub.py): the Manual
+    Grading view of a collected submission answers with a nonce-only script policy. (What the page
+    then runs, payload by payload, is tests/test_student_html.py's.)"""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{Path(hub_class.data['course']) / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission_notebook(SET01, SET01, "trhub-right").id
+    reply = cycle.pages["prof"].request.get(f"{hub_class.url}/user/{INSTRUCTOR}/formgrader/submissions/{submission}/")
+    policy = reply.headers.get("content-security-policy", "")
+    assert reply.status == 200 and "script-src 'nonce-" in policy and "default-src 'none'" in policy, (reply.status, policy)
+
+
 def test_real_authentication_takes_each_users_own_password_and_only_the_class(hub_class, cycle, browser):
     """The same class with the deployment's authenticator (PAM): a student logs in with the first
     password setup gave them, not with another's nor the test password; a user of the machine
