@@ -42,7 +42,7 @@ from test_grading import CHEATS, SOLUTION
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import hub  # noqa: E402
-from lab_driver import browser_missing_message, free_port, launch_options  # noqa: E402
+from lab_driver import free_port  # noqa: E402
 
 ARTIFACTS = ROOT / "test-artifacts" / "hub"
 SET01 = "01_attention_scores"
@@ -116,19 +116,6 @@ def hub_class():
         shutil.rmtree(state, ignore_errors=True)
         for path in made:
             path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import Error, sync_playwright
-
-    with sync_playwright() as playwright:
-        try:
-            chromium = playwright.chromium.launch(headless=True, **launch_options())
-        except Error as error:
-            pytest.fail(f"{browser_missing_message()}\n{error}")
-        yield chromium
-        chromium.close()
 
 
 # --- What a user does in the browser.

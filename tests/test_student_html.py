@@ -41,7 +41,7 @@ from exercise_harness import ROOT
 from test_grading import SOLUTION
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from lab_driver import browser_missing_message, jupyterlab, launch_options  # noqa: E402
+from lab_driver import jupyterlab  # noqa: E402
 
 SET01 = "01_attention_scores"
 STUDENT = "mallory"
@@ -166,19 +166,6 @@ def graded(tmp_path_factory):
     hits.server.shutdown()
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import Error, sync_playwright
-
-    with sync_playwright() as playwright:
-        try:
-            browser = playwright.chromium.launch(headless=True, **launch_options())
-        except Error as error:
-            pytest.fail(f"{browser_missing_message()}\n{error}")
-        yield browser
-        browser.close()
-
-
 def visit(browser, hits: Hits, url: str, ready: str, shot: str, login: str | None = None,
           lab: bool = False) -> tuple[list[str], object]:
     """Open `url` in a fresh context (after `login`, a URL that logs the browser in), wait for the
@@ -221,7 +208,7 @@ def assert_gradeable(page) -> None:
         assert loaded >= 1, f"no {kind} picture shown"
 
 
-def test_unsanitized_the_same_payloads_run(graded, chromium, tmp_path):
+def test_unsanitized_the_same_payloads_run(graded, browser, tmp_path):
     """The control: nbconvert's plain HTML of the submission, as nbgrader would write it without
     grading/sanitize.py. If the payloads did not run here, the other tests could not fail."""
     from nbconvert import HTMLExporter
@@ -230,14 +217,14 @@ def test_unsanitized_the_same_payloads_run(graded, chromium, tmp_path):
     page_html, _ = HTMLExporter(template_name="classic").from_filename(
         str(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb"))
     (tmp_path / "plain.html").write_text(page_html)
-    ran, page = visit(chromium, hits, (tmp_path / "plain.html").as_uri(), "TR-TEXT", "control-unsanitized.png")
+    ran, page = visit(browser, hits, (tmp_path / "plain.html").as_uri(), "TR-TEXT", "control-unsanitized.png")
     page.context.close()
     # (nbconvert's application/javascript output needs jQuery from the internet: not run offline.)
     assert {"md-img-onerror", "md-script", "md-iframe-srcdoc", "md-javascript-link", "out-html-script",
             "out-html-img", "graded-html"} <= set(ran), ran
 
 
-def test_each_layer_alone_stops_every_payload(graded, chromium, tmp_path):
+def test_each_layer_alone_stops_every_payload(graded, browser, tmp_path):
     """Sanitizing and the CSP each hold without the other: the feedback page with its CSP <meta>
     removed, and the unsanitized page of the control with that <meta> put in."""
     from nbconvert import HTMLExporter
@@ -252,17 +239,17 @@ def test_each_layer_alone_stops_every_payload(graded, chromium, tmp_path):
         str(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb"))
     (tmp_path / "csp-only.html").write_text(plain.replace("<head>", "<head>" + csp_meta(), 1))
     for name in ("sanitized-only", "csp-only"):
-        ran, page = visit(chromium, hits, (tmp_path / f"{name}.html").as_uri(), "TR-TEXT", f"{name}.png")
+        ran, page = visit(browser, hits, (tmp_path / f"{name}.html").as_uri(), "TR-TEXT", f"{name}.png")
         page.context.close()
         assert ran == [], f"payloads ran with {name}: {ran}"
 
 
-def test_the_feedback_page_runs_no_student_script_and_shows_text_tables_and_pictures(graded, chromium):
+def test_the_feedback_page_runs_no_student_script_and_shows_text_tables_and_pictures(graded, browser):
     course, hits, _ = graded
     feedback = course / "feedback" / STUDENT / SET01 / f"{SET01}.html"
     text = feedback.read_text()
     assert "Content-Security-Policy" in text.split("</head>")[0]
-    ran, page = visit(chromium, hits, feedback.as_uri(), "TR-TEXT", "feedback.png")
+    ran, page = visit(browser, hits, feedback.as_uri(), "TR-TEXT", "feedback.png")
     assert ran == [], f"payloads ran in the feedback page: {ran}"
     assert_gradeable(page)
     # The payloads cost nothing where the answers are right: cleaning keeps the judge's records.
@@ -304,7 +291,7 @@ def server_url(lab_url: str, path: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/{path}?token={token}"
 
 
-def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_grades(graded, chromium,
+def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_grades(graded, browser,
                                                                                      instructor_server):
     from nbgrader.api import Gradebook
 
@@ -318,7 +305,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
     assert "script-src 'nonce-" in policy and "unsafe-inline" not in policy.split("style-src")[0], policy
     # Logged in as the instructor is, through the server's own pages (nbgrader's pages set the login
     # cookie for their own folder only).
-    ran, page = visit(chromium, hits, url, "TR-TEXT", "formgrader-submission.png",
+    ran, page = visit(browser, hits, url, "TR-TEXT", "formgrader-submission.png",
                       login=server_url(instructor_server, "api/status"))
     assert ran == [], f"payloads ran in the formgrader: {ran}"
     assert_gradeable(page)
@@ -339,7 +326,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
         f"<p>TR-FILE</p><img src=x onerror=\"console.log('TR-RAN:file');new Image().src='{hits.url}/file'\">")
     with urllib.request.urlopen(server_url(instructor_server, f"formgrader/submissions/{submission_id}/page.html")) as reply:
         assert reply.headers["Content-Security-Policy"].startswith("sandbox;"), reply.headers["Content-Security-Policy"]
-    ran, page = visit(chromium, hits, server_url(instructor_server, f"formgrader/submissions/{submission_id}/page.html"),
+    ran, page = visit(browser, hits, server_url(instructor_server, f"formgrader/submissions/{submission_id}/page.html"),
                       "TR-FILE", "formgrader-file.png")
     page.context.close()
     assert ran == [], f"a handed-in file ran script: {ran}"
@@ -347,16 +334,16 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
 
 @pytest.mark.parametrize("kind", ["autograded", "submitted"])
 def test_jupyterlab_opens_the_autograded_and_the_submitted_notebook_without_running_student_script(
-        graded, chromium, instructor_server, kind):
+        graded, browser, instructor_server, kind):
     course, hits, _ = graded
     url = instructor_server[0].format(path=f"{kind}/{STUDENT}/{SET01}/{SET01}.ipynb")
-    ran, page = visit(chromium, hits, url, "TR-TEXT", f"jupyterlab-{kind}.png", lab=True)
+    ran, page = visit(browser, hits, url, "TR-TEXT", f"jupyterlab-{kind}.png", lab=True)
     assert page.get_by_text("TR-TABLE-CELL").count() >= 1, "the table's output was not drawn"
     page.context.close()
     assert ran == [], f"payloads ran in JupyterLab's {kind} notebook: {ran}"
 
 
-def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, chromium, instructor_server):
+def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, browser, instructor_server):
     """The control for JupyterLab: the submission signed as trusted by the instructor's server (what
     `jupyter trust` or "Trust Notebook" does). Never done by grading; shown so the test above can fail."""
     from nbformat.sign import NotebookNotary
@@ -367,7 +354,7 @@ def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, c
     nb = nbformat.read(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb", as_version=4)
     NotebookNotary(data_dir=str(data_dir)).sign(nb)
     nbformat.write(nb, trusted)
-    ran, page = visit(chromium, hits, url.format(path=trusted.relative_to(course).as_posix()), "TR-TEXT",
+    ran, page = visit(browser, hits, url.format(path=trusted.relative_to(course).as_posix()), "TR-TEXT",
                       "jupyterlab-trusted-control.png", lab=True)
     page.context.close()
     trusted.unlink()
