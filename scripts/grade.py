@@ -7,14 +7,17 @@ Usage: python scripts/grade.py [--course DIR] [--submissions DIR|ZIP] [--exercis
      that is not a notebook, or a folder with several notebooks, is flagged (feedback says
      how to fix it) and the rest is graded; a single notebook under another name is graded;
      deleted exercise cells are put back from the student version
-  3. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
+  3. the grader's own first cell, run in a sandboxed kernel: if it fails there, it would fail in
+     every kernel, so the run stops with one message (what the sandbox could not see, the fix)
+  4. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
      (default: one per core), each batch with its own copy of the gradebook; the grades are then
      copied into gradebook.db by this process alone. Each kernel runs in a bubblewrap sandbox
      (scripts/sandbox_kernel.py: deny by default, no network, limits); the hidden tests hand in
      plain results that nbgrader's process judges (grading/steps.py). A submission that fails in its
      batch is graded again alone; if that fails too (its kernel dies...) it is flagged, and so
-     is one that hit a limit (memory, processes, disk, output, time), with the limit named.
-  4. grades.csv written fresh: one row per student and set, with a status column
+     is one that hit a limit (memory, processes, disk, output, time), with the limit named, even
+     if its kernel survived (memory and processes: a cgroup per submission, grading/cgroup.py).
+  5. grades.csv written fresh: one row per student and set, with a status column
      (graded, needs manual grading, flagged, not submitted)
 Submissions are read from <submissions>/<student>/<set>/ (default: submitted/), or from a zip
 downloaded from Canvas or Moodle (grading/lms.py: the zip's files are checked and extracted into

@@ -90,14 +90,16 @@ print("TRIO", sorted(p.wait() for p in _trio))
 """ + HONEST_SOFTMAX
 # Runs into the limit on processes and threads, catches the error and goes on as if nothing happened.
 CATCHER = """import threading, time
-_started = 0
+_threads = []
 try:
     for _ in range(300):
-        threading.Thread(target=time.sleep, args=(3,)).start()
-        _started += 1
+        _threads.append(threading.Thread(target=time.sleep, args=(1,)))
+        _threads[-1].start()
 except RuntimeError:
-    pass
-print("STARTED", _started)
+    _threads.pop()  # the one that could not start
+for _t in _threads:
+    _t.join()
+print("STARTED", len(_threads))
 """ + HONEST_SOFTMAX
 ATTACKS = {  # student: its softmax_rows cell. Names sort a0 < a1 < a2 < b...: see `course`.
     "a0_noter": NOTER, "a1_honest": HONEST_SOFTMAX, "a2_looker": LOOKER, "b_environ": ENVIRON,
