@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import functools
 import hashlib
 import html
 import os
@@ -194,7 +195,7 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
         sub.notes.append(f"{chosen.name} is not a readable notebook ({type(error).__name__}: "
                          f"{str(error).splitlines()[0][:160]}); open it in JupyterLab, save it and submit again")
         return None
-    sub.notes += scan(nb)
+    sub.notes += scan(nb) + answer_key_text(nb, answer_key_lines(course, sub.set_name))
     duplicated = demote_duplicate_cells(nb)
     if duplicated:
         sub.notes.append(f"cells copied with their grading id ({', '.join(duplicated)}): the last of each "
@@ -237,6 +238,35 @@ def scan(nb) -> list[str]:
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
                        and not c.metadata.get("nbgrader", {}).get("locked"))
     return [f"review by hand: {why}" for why, pattern in SUSPICIOUS.items() if re.search(pattern, source, re.M)]
+
+
+# nbgrader's markers, which only the instructor's source has: the student version drops them.
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+ANSWER_KEY = "review by hand: it holds text of the instructor's solution notebook"
+
+
+@functools.lru_cache(maxsize=None)
+def answer_key_lines(course: Path, set_name: str) -> frozenset[str]:
+    """The lines of a set's hidden tests in the instructor's source (blank ones left out)."""
+    nb = nbformat.read(course / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+    return frozenset(line.strip() for cell in nb.cells if cell.cell_type == "code"
+                     for block in HIDDEN_BLOCK.findall(cell.source) for line in block.splitlines() if line.strip())
+
+
+def answer_key_text(nb, hidden_lines: frozenset[str]) -> list[str]:
+    """A note if any cell, locked or not, holds nbgrader's markers or a line of the hidden tests.
+
+    Such a notebook came from the instructor's source (handed in as it is, or copied from it):
+    its score does not count until someone has read it (read_scores flags it)."""
+    found = set()
+    for cell in nb.cells:
+        found |= {marker for marker in MARKERS if marker in cell.source}
+        found |= {f"hidden test line `{line}`" for line in map(str.strip, cell.source.splitlines()) if line in hidden_lines}
+    if not found:
+        return []
+    return [f"{ANSWER_KEY} ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}): was the answer key "
+            "handed in, or copied from?"]
 
 
 def why_it_failed(output: str, limits: list[str] = ()) -> str:
@@ -564,7 +594,7 @@ def read_scores(course: Path, subs: list[Submission]) -> None:
                 sub.notes.append("no grade was recorded")
                 continue
             sub.score, sub.max_score = result.score, result.max_score
-            if any(note.startswith("limit hit") for note in sub.notes):
+            if any(note.startswith(("limit hit", ANSWER_KEY)) for note in sub.notes):
                 sub.status, sub.score = "flagged", None  # the instructor reads it before any score counts
             elif result.needs_manual_grade:
                 sub.status = "needs manual grading"
