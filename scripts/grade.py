@@ -387,7 +387,8 @@ def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
     reason. A submission that hit a limit is flagged with that limit.
     """
     # Each batch has its own folders: nbgrader works on every student it finds in them. Its kernels
-    # (one at a time) make their sockets in its runtime folder, the only folder of the disk they share.
+    # (one at a time) make their sockets in a folder of their own inside its runtime folder
+    # (grading/steps.py, socket_folder): the only folder of the disk each shares with nbgrader.
     extra = [f"--CourseDirectory.{kind}_directory={batch.folder / kind}" for kind in ("submitted", "autograded",
                                                                                      "feedback")]
     extra.append(f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}")
