@@ -490,7 +490,7 @@ def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
     say) and every submission would score 0 while looking graded: nothing is graded, and the one
     message says what the kernel could not see and how to fix it.
     """
-    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
 
     from grading.steps import LimitedExecute, SeedHiddenTests
 
@@ -504,20 +504,21 @@ def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
             with open(log, "wb") as stderr:  # the kernel keeps its own copy of the file
                 return super().start_new_kernel(stdout=subprocess.DEVNULL, stderr=stderr, **kwargs)
 
-    config = Config({"KernelManager": {"transport": "ipc"}}) if env.get("TR_KERNEL_NAME") else Config()
-    saved = os.environ.get("JUPYTER_PATH")
-    if env.get("JUPYTER_PATH"):  # where the sandbox's kernelspec is
-        os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]
+    # The kernel, its transport and its time limits as nbgrader's runs get them: the course's
+    # nbgrader_config.py, read with the environment grade.py gives nbgrader.
+    saved = dict(os.environ)
+    os.environ.update(env)
     try:
-        Checked(config=config, kernel_name=env.get("TR_KERNEL_NAME", "python3")).preprocess(
-            nb, {"metadata": {"path": str(folder)}})
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+        Checked(config=config).preprocess(nb, {"metadata": {"path": str(folder)}})
         errors = [o for o in nb.cells[0].outputs if o.get("output_type") == "error"]
         error = f"{errors[0].ename}: {errors[0].evalue}" if errors else None
     except Exception as failure:  # the kernel did not start, or died
         said = log.read_bytes()[-4000:].decode(errors="replace").strip().splitlines() if log.exists() else []
         error = f"{type(failure).__name__}: {failure}" + (f"; the kernel said: {said[-1]}" if said else "")
     finally:
-        os.environ.pop("JUPYTER_PATH", None) if saved is None else os.environ.__setitem__("JUPYTER_PATH", saved)
+        os.environ.clear()
+        os.environ.update(saved)
         if cgroup.available():
             cgroup.Group.find(f"{GROUPS}/check.first-cell").remove()
     if error:
