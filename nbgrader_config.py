@@ -50,6 +50,7 @@ c.GenerateFeedback.exporter_class = SafeHTMLExporter
 if os.environ.get("TR_KERNEL_NAME"):
     c.LimitedExecute.kernel_name = os.environ["TR_KERNEL_NAME"]
     # The sandbox has no network, not even the machine's loopback: the kernel and nbgrader talk
-    # over unix sockets in the batch's runtime folder, the one folder both see.
+    # over unix sockets, in a folder that LimitedExecute makes for each notebook inside the batch's
+    # runtime folder (this ip is its default), the one folder both see.
     c.KernelManager.transport = "ipc"
     c.KernelManager.ip = os.path.join(os.environ.get("JUPYTER_RUNTIME_DIR", os.getcwd()), "kernel")

@@ -13,10 +13,17 @@ Feedback: `HideHiddenTests` shows which cell failed and why, never the hidden te
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import json
 import os
 import re
 import secrets
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_code_cell, new_output
@@ -116,18 +123,63 @@ class StderrToStdout(Preprocessor):
         return cell, resources
 
 
+SOCKET_FOLDER_BYTES = 1 << 20  # a kernel's five unix sockets take no room: this holds them, not a flood
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MNT_DETACH = 2, 4, 8, 2
+
+
+@contextlib.contextmanager
+def socket_folder(parent: str) -> Iterator[Path]:
+    """A fresh folder in `parent` for one kernel's unix sockets, the only folder it shares with nbgrader.
+
+    As root it is a tmpfs of its own of SOCKET_FOLDER_BYTES, so a kernel cannot fill the grader's
+    disk through it; it is removed afterwards, so nothing a kernel leaves there reaches the next.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="k", dir=parent))
+    libc = ctypes.CDLL(None, use_errno=True)
+    mounted = os.geteuid() == 0 and libc.mount(b"tr-sockets", bytes(folder), b"tmpfs",
+                                               _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                                               f"size={SOCKET_FOLDER_BYTES},mode=0700".encode()) == 0
+    try:
+        yield folder
+    finally:
+        if mounted:
+            libc.umount2(bytes(folder), _MNT_DETACH)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# Messages whose content ends up in the notebook or the feedback: outputs, display updates, and
+# widget (comm) state, which nbclient saves in the notebook's metadata. Their metadata counts too.
+COUNTED = {"stream", "display_data", "execute_result", "error", "update_display_data",
+           "comm_open", "comm_msg", "comm_close"}
+
+
+def message_bytes(msg: dict) -> int:
+    """How much a kernel message adds to the notebook: its content as JSON and its binary buffers."""
+    return len(json.dumps(msg.get("content", {}), default=str)) + sum(len(b) for b in msg.get("buffers") or [])
+
+
 class LimitedExecute(Execute):
     """nbgrader's Execute, with limits kept in this process, where code in the kernel cannot lift them.
 
     - Output: a cell keeps at most OUTPUT_BYTES_PER_CELL bytes of output, the notebook at most
-      OUTPUT_BYTES_PER_NOTEBOOK; the rest is dropped as it arrives, with one note.
+      OUTPUT_BYTES_PER_NOTEBOOK; every channel counts (prints, displays, display updates, each
+      times the outputs it rewrites, widget and comm messages, their metadata), and the rest is
+      dropped as it arrives, with one note.
     - Time: besides the per-cell timeout, the whole notebook gets SECONDS_PER_SUBMISSION; a cell
       gets what is left of it, and once it is spent the remaining cells are not run.
+    - Sockets: each notebook's kernel gets a socket folder of its own (`socket_folder`).
     """
 
     def preprocess(self, nb, resources=None, km=None):
         self._started, self._notebook_bytes, self._cell_bytes = None, 0, {}
-        return super().preprocess(nb, resources, km)
+        with socket_folder(os.environ.get("JUPYTER_RUNTIME_DIR") or tempfile.gettempdir()) as self._sockets:
+            return super().preprocess(nb, resources, km)
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        if km.transport == "ipc":  # the sandbox's kernel (nbgrader_config.py)
+            km.ip = str(self._sockets / "kernel")
+        return km
 
     def _left(self) -> float:
         return SECONDS_PER_SUBMISSION - (time.monotonic() - self._started)
@@ -149,18 +201,23 @@ class LimitedExecute(Execute):
             return cell, resources
         return super().preprocess_cell(cell, resources, index)
 
-    def output(self, outs, msg, display_id, cell_index):
-        content = msg.get("content", {})
-        size = len(content.get("text", "")) + sum(map(len, map(str, content.get("data", {}).values())))
-        cell_bytes = self._cell_bytes.get(cell_index, 0) + size
-        self._cell_bytes[cell_index] = cell_bytes
-        self._notebook_bytes += size
-        if cell_bytes > OUTPUT_BYTES_PER_CELL or self._notebook_bytes > OUTPUT_BYTES_PER_NOTEBOOK:
-            if not any(o.get("ename") == LIMIT for o in outs):
-                outs.append(error_output(LIMIT, f"output cut: a cell may print {OUTPUT_BYTES_PER_CELL:,} bytes and a "
-                                                f"notebook {OUTPUT_BYTES_PER_NOTEBOOK:,}; remove the large prints"))
-            return None
-        return super().output(outs, msg, display_id, cell_index)
+    def process_message(self, msg, cell, cell_index):
+        if msg["msg_type"] in COUNTED:
+            size = message_bytes(msg)
+            if msg["msg_type"] == "update_display_data":  # it rewrites every output shown under its id
+                shown = self._display_id_map.get((msg["content"].get("transient") or {}).get("display_id"), {})
+                size *= max(1, sum(map(len, shown.values())))
+            cell_bytes = self._cell_bytes.get(cell_index, 0) + size
+            self._cell_bytes[cell_index] = cell_bytes
+            self._notebook_bytes += size
+            if cell_bytes > OUTPUT_BYTES_PER_CELL or self._notebook_bytes > OUTPUT_BYTES_PER_NOTEBOOK:
+                if not any(o.get("ename") == LIMIT for o in cell.outputs):
+                    cell.outputs.append(error_output(
+                        LIMIT, f"output cut: a cell may print {OUTPUT_BYTES_PER_CELL:,} bytes and a notebook "
+                               f"{OUTPUT_BYTES_PER_NOTEBOOK:,} (displays, display updates and widgets count too); "
+                               "remove the large prints"))
+                return None
+        return super().process_message(msg, cell, cell_index)
 
 
 # What the kernel's own limits (scripts/sandbox_kernel.py) look like when code runs into them.

@@ -7,14 +7,17 @@ Usage: python scripts/grade.py [--course DIR] [--submissions DIR|ZIP] [--exercis
      that is not a notebook, or a folder with several notebooks, is flagged (feedback says
      how to fix it) and the rest is graded; a single notebook under another name is graded;
      deleted exercise cells are put back from the student version
-  3. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
+  3. the grader's own first cell, run in a sandboxed kernel: if it fails there, it would fail in
+     every kernel, so the run stops with one message (what the sandbox could not see, the fix)
+  4. nbgrader autograde + generate_feedback -> autograded/, feedback/, in --jobs batches at once
      (default: one per core), each batch with its own copy of the gradebook; the grades are then
      copied into gradebook.db by this process alone. Each kernel runs in a bubblewrap sandbox
      (scripts/sandbox_kernel.py: deny by default, no network, limits); the hidden tests hand in
      plain results that nbgrader's process judges (grading/steps.py). A submission that fails in its
      batch is graded again alone; if that fails too (its kernel dies...) it is flagged, and so
-     is one that hit a limit (memory, processes, disk, output, time), with the limit named.
-  4. grades.csv written fresh: one row per student and set, with a status column
+     is one that hit a limit (memory, processes, disk, output, time), with the limit named, even
+     if its kernel survived (memory and processes: a cgroup per submission, grading/cgroup.py).
+  5. grades.csv written fresh: one row per student and set, with a status column
      (graded, needs manual grading, flagged, not submitted)
 Submissions are read from <submissions>/<student>/<set>/ (default: submitted/), or from a zip
 downloaded from Canvas or Moodle (grading/lms.py: the zip's files are checked and extracted into
@@ -28,11 +31,13 @@ import argparse
 import contextlib
 import csv
 import datetime
+import functools
 import hashlib
 import html
 import os
 import json
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -45,7 +50,7 @@ from typing import TYPE_CHECKING
 
 import nbformat
 
-from grading import exercise_sets  # the course's one list of sets (the package's __init__ only)
+from grading import cgroup, exercise_sets  # the course's one list of sets; limits on a group of processes
 from grading.sanitize import csp_meta  # every feedback page carries the same strict CSP
 
 if TYPE_CHECKING:  # grading/ is imported only for an LMS download
@@ -68,13 +73,39 @@ class Submission:
 
 def nbgrader(course: Path, *args: str, force: bool = True, check: bool = True,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run nbgrader; with check=False its output is kept (bounded: see `run_bounded`) for the caller."""
     env = os.environ | (env or {})
     # nbgrader runs `alembic` to create its database: it must find the venv's executable.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     # Without --force nbgrader silently skips what it did before and still exits 0.
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args, *(["--force"] if force else []),
-                           "--log-level=WARN"], cwd=course, env=env, check=check, capture_output=not check, text=True)
+    command = [sys.executable, "-m", "nbgrader", *args, *(["--force"] if force else []), "--log-level=WARN"]
+    if check:
+        return subprocess.run(command, cwd=course, env=env, check=True)
+    return run_bounded(command, cwd=course, env=env)
+
+
+OUTPUT_KEPT = 64 * 1024  # bytes kept from each end of nbgrader's output: its errors, not a flood
+
+
+def run_bounded(command: list[str], **popen) -> subprocess.CompletedProcess:
+    """Run `command` with stdout and stderr merged, keeping only their first and last OUTPUT_KEPT bytes.
+
+    Each kernel inherits nbgrader's stderr, so a submission can write gigabytes to it: they are
+    read as they come (nbgrader never blocks on a full pipe) and dropped, not held in memory.
+    """
+    head, tail, dropped = bytearray(), bytearray(), 0
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen) as process:
+        while chunk := process.stdout.read1(1 << 16):
+            room = OUTPUT_KEPT - len(head)
+            head += chunk[:room]
+            tail += chunk[room:] if room > 0 else chunk
+            if len(tail) > OUTPUT_KEPT:
+                dropped += len(tail) - OUTPUT_KEPT
+                del tail[:-OUTPUT_KEPT]
+    cut = f"\n[... {dropped:,} bytes of output left out ...]\n".encode() if dropped else b""
+    text = (bytes(head) + cut + bytes(tail)).decode(errors="replace")
+    return subprocess.CompletedProcess(command, process.returncode, text, "")
 
 
 def solutions_digest(course: Path) -> str:
@@ -126,10 +157,11 @@ def restore_deleted_cells(nb, release) -> list[str]:
 
 
 def demote_duplicate_cells(nb) -> list[str]:
-    """A cell copied with its nbgrader metadata makes nbgrader abort the whole batch: the copies
-    (every occurrence of a grade id after the first) become ordinary cells. Returns those ids."""
+    """A cell copied with its nbgrader metadata makes nbgrader abort the whole batch: every occurrence
+    of a grade id but the last becomes an ordinary cell. The last is the one nbgrader's own
+    DeduplicateIds keeps, so the cell graded is the one nbgrader would grade. Returns those ids."""
     seen, duplicated = set(), []
-    for cell in nb.cells:
+    for cell in reversed(nb.cells):
         grade_id = _grade_id(cell)
         if grade_id is None:
             continue
@@ -164,11 +196,11 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
         sub.notes.append(f"{chosen.name} is not a readable notebook ({type(error).__name__}: "
                          f"{str(error).splitlines()[0][:160]}); open it in JupyterLab, save it and submit again")
         return None
-    sub.notes += scan(nb)
+    sub.notes += scan(nb) + answer_key_text(nb, answer_key_lines(course, sub.set_name))
     duplicated = demote_duplicate_cells(nb)
     if duplicated:
-        sub.notes.append(f"cells copied with their grading id ({', '.join(duplicated)}): the first of each "
-                         "is graded, the copies run as ordinary cells")
+        sub.notes.append(f"cells copied with their grading id ({', '.join(duplicated)}): the last of each "
+                         "is graded (as nbgrader does), the ones above it run as ordinary cells")
     release = nbformat.read(course / "exercises" / sub.set_name / expected, as_version=4)
     restored = restore_deleted_cells(nb, release)
     if restored:
@@ -209,10 +241,43 @@ def scan(nb) -> list[str]:
     return [f"review by hand: {why}" for why, pattern in SUSPICIOUS.items() if re.search(pattern, source, re.M)]
 
 
-def why_it_failed(output: str, processes_hit: bool = False) -> str:
-    """One sentence for the instructor and the learner from nbgrader's log of a failed run."""
+# nbgrader's markers, which only the instructor's source has: the student version drops them.
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+ANSWER_KEY = "review by hand: it holds text of the instructor's solution notebook"
+
+
+@functools.lru_cache(maxsize=None)
+def answer_key_lines(course: Path, set_name: str) -> frozenset[str]:
+    """The lines of a set's hidden tests in the instructor's source (blank ones left out)."""
+    nb = nbformat.read(course / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+    return frozenset(line.strip() for cell in nb.cells if cell.cell_type == "code"
+                     for block in HIDDEN_BLOCK.findall(cell.source) for line in block.splitlines() if line.strip())
+
+
+def answer_key_text(nb, hidden_lines: frozenset[str]) -> list[str]:
+    """A note if any cell, locked or not, holds nbgrader's markers or a line of the hidden tests.
+
+    Such a notebook came from the instructor's source (handed in as it is, or copied from it):
+    its score does not count until someone has read it (read_scores flags it)."""
+    found = set()
+    for cell in nb.cells:
+        found |= {marker for marker in MARKERS if marker in cell.source}
+        found |= {f"hidden test line `{line}`" for line in map(str.strip, cell.source.splitlines()) if line in hidden_lines}
+    if not found:
+        return []
+    return [f"{ANSWER_KEY} ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}): was the answer key "
+            "handed in, or copied from?"]
+
+
+def why_it_failed(output: str, limits: list[str] = ()) -> str:
+    """One sentence for the instructor and the learner from nbgrader's log of a failed run and the
+    limits (cgroup) the submission reached."""
     if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output.lower():
-        if processes_hit:
+        if "memory" in limits:
+            return ("limit hit (memory): the notebook's kernel was stopped when the notebook's processes together "
+                    "used more memory than they may; use less and submit again")
+        if "processes" in limits:
             return ("limit hit (processes): the notebook's kernel stopped after the notebook started more "
                     "processes and threads than it may; start fewer and submit again")
         return ("the notebook's kernel stopped while it ran (exit(), quit(), os._exit, or a limit on memory or "
@@ -243,8 +308,8 @@ KERNEL = "transformer-roots-sandbox"
 @dataclass
 class Limits:
     """What one submission may use; each is named in its feedback when hit (see README)."""
-    memory: int = 3 * 2**30  # bytes of address space per process
-    processes: int = 64  # processes and threads
+    memory: int = 3 * 2**30  # bytes for all its processes together (cgroup); without cgroups, per process
+    processes: int = 64  # processes and threads at once, all of the submission's
     scratch: int = 512 * 2**20  # bytes of each writable folder (working folder, /tmp, /dev/shm)
     output_per_cell: int = 1_000_000  # bytes
     output_per_notebook: int = 4_000_000  # bytes
@@ -272,9 +337,11 @@ def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
     python = Path(os.path.realpath(sys.executable)).parent.parent  # may sit in the home folder (pyenv)
     show = {ROOT / "course_lib", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python}
     show |= {Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
-    argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"),
-            *(f"--show={p}" for p in sorted(show)), f"--memory={limits.memory}",
-            f"--processes={limits.processes}", f"--scratch={limits.scratch}", f"--run={RUN}", "-f", "{connection_file}"]
+    # The kernel imports the course library shown here, the one the judge uses, whatever the
+    # Python environment's own .pth files point at (an editable install of another checkout, say).
+    argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"), *(f"--show={p}" for p in sorted(show)),
+            f"--path={ROOT}", f"--memory={limits.memory}", f"--processes={limits.processes}",
+            f"--scratch={limits.scratch}", f"--groups={GROUPS}", "-f", "{connection_file}"]
     spec = course / STAGING / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
@@ -321,7 +388,8 @@ def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
     reason. A submission that hit a limit is flagged with that limit.
     """
     # Each batch has its own folders: nbgrader works on every student it finds in them. Its kernels
-    # (one at a time) make their sockets in its runtime folder, the only folder of the disk they share.
+    # (one at a time) make their sockets in a folder of their own inside its runtime folder
+    # (grading/steps.py, socket_folder): the only folder of the disk each shares with nbgrader.
     extra = [f"--CourseDirectory.{kind}_directory={batch.folder / kind}" for kind in ("submitted", "autograded",
                                                                                      "feedback")]
     extra.append(f"--CourseDirectory.db_url=sqlite:///{batch.gradebook}")
@@ -343,7 +411,7 @@ def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[st
                              check=False, env=env)
             if not autograded(batch, sub).exists():
                 sub.status = "flagged"
-                sub.notes.append(why_it_failed(again.stdout + again.stderr, processes_limit_hit(sub)))
+                sub.notes.append(why_it_failed(again.stdout + again.stderr, cgroup_limits_hit(sub)))
                 write_flag_feedback(course, sub)
     nbgrader(course, "generate_feedback", batch.set_name, *extra, check=False, env=env)
     for sub in batch.subs:
@@ -351,6 +419,10 @@ def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[st
         if sub.status == "flagged":
             continue
         sub.notes += limits_hit(autograded(batch, sub))
+        # A limit reached, even by a submission that caught the error and went on, is flagged.
+        for kind in cgroup_limits_hit(sub):
+            if not any(note.startswith(f"limit hit ({kind})") for note in sub.notes):
+                sub.notes.append(f"limit hit ({kind}): {CGROUP_LIMITS[kind]}")
         for kind in ("autograded", "feedback"):
             done = batch.folder / kind / sub.student / batch.set_name
             if done.exists():
@@ -397,7 +469,10 @@ def record_grades(course: Path, batch: Batch) -> None:
             main.update_or_create_student(sub.student)
             with contextlib.suppress(MissingEntry):
                 main.remove_submission(batch.set_name, sub.student)  # an earlier run's
-            main.add_submission(batch.set_name, sub.student, timestamp=done.timestamp)
+            # add_submission builds the submission's rows, and reading the set's notebooks meanwhile
+            # would flush them half-built (SQLAlchemy's "not in session" warnings): it flushes once, at its commit.
+            with main.db.no_autoflush:
+                main.add_submission(batch.set_name, sub.student, timestamp=done.timestamp)
             for notebook in done.notebooks:
                 for grade in notebook.grades:
                     row = main.find_grade(grade.name, notebook.name, batch.set_name, sub.student)
@@ -409,36 +484,102 @@ def record_grades(course: Path, batch: Batch) -> None:
             main.db.commit()
 
 
+def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
+    """Run the grader's own first cell in a kernel like the submissions'; stop the run if it fails.
+
+    If it fails, it fails in every kernel (the course library or torch cannot be imported there,
+    say) and every submission would score 0 while looking graded: nothing is graded, and the one
+    message says what the kernel could not see and how to fix it.
+    """
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from grading.steps import LimitedExecute, SeedHiddenTests
+
+    nb, _ = SeedHiddenTests().preprocess(nbformat.v4.new_notebook(), {})
+    folder = course / STAGING / "check" / "first-cell"  # so its cgroup is <run>/check.first-cell
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder.parent / "kernel.log"  # the kernel's own stderr: why it died, if it did
+
+    class Checked(LimitedExecute):
+        def start_new_kernel(self, **kwargs):
+            with open(log, "wb") as stderr:  # the kernel keeps its own copy of the file
+                return super().start_new_kernel(stdout=subprocess.DEVNULL, stderr=stderr, **kwargs)
+
+    # The kernel, its transport and its time limits as nbgrader's runs get them: the course's
+    # nbgrader_config.py, read with the environment grade.py gives nbgrader.
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+        Checked(config=config).preprocess(nb, {"metadata": {"path": str(folder)}})
+        errors = [o for o in nb.cells[0].outputs if o.get("output_type") == "error"]
+        error = f"{errors[0].ename}: {errors[0].evalue}" if errors else None
+    except Exception as failure:  # the kernel did not start, or died
+        said = log.read_bytes()[-4000:].decode(errors="replace").strip().splitlines() if log.exists() else []
+        error = f"{type(failure).__name__}: {failure}" + (f"; the kernel said: {said[-1]}" if said else "")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if cgroup.available():
+            cgroup.Group.find(f"{GROUPS}/check.first-cell").remove()
+    if error:
+        sys.exit(unseen_by_the_sandbox(error, env))
+
+
+def unseen_by_the_sandbox(error: str, env: dict[str, str]) -> str:
+    """The message that stops a run whose first cell failed in the sandbox: what it could not see, the fix."""
+    message = (f"ERROR: nothing was graded: the grader's first cell fails in the sandbox's kernel, so every "
+               f"submission would score 0 ({' '.join(error.split())[:400]}).")
+    missing = re.search(r"No module named '?([\w.]+)'?", error)
+    if missing:
+        import importlib.util
+
+        name = missing.group(1).split(".")[0]
+        spec = importlib.util.find_spec(name)
+        where = f"imports {name} from {Path(spec.origin).resolve().parent}" if spec and spec.origin else f"cannot import {name}"
+        spec_file = Path(env.get("JUPYTER_PATH", "").split(os.pathsep)[0]) / "kernels" / KERNEL / "kernel.json"
+        argv = json.loads(spec_file.read_text())["argv"] if spec_file.is_file() else []
+        shown = [a.split("=", 1)[1] for a in argv if a.startswith("--show=")]
+        message += (f" The grading Python ({sys.executable}) {where}, which the sandbox does not show: it shows "
+                    f"only the system and {', '.join(shown) or 'the Python environment'}. Fix: install the "
+                    f"course's packages into the Python environment that grades (`{sys.executable} -m pip install "
+                    f"-e {ROOT}`), so that everything it imports sits in its own site-packages.")
+    return message
+
+
 def grade_all(course: Path, subs: list[Submission], jobs: int, limits: Limits) -> None:
     """Grade every staged submission, `jobs` nbgrader runs at a time, then record the grades."""
     env = sandbox_environment(course, limits)
+    check_the_sandbox(course, env)
     batches = make_batches(course, subs, jobs)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda batch: grade_batch(course, batch, env), batches))
     for batch in batches:
         record_grades(course, batch)
-    remove_empty_cgroups()
+    remove_cgroups(subs)
 
 
-PIDS_CGROUPS = Path("/sys/fs/cgroup/pids/transformer-roots-grading")  # made by sandbox_kernel.py
 # This run's cgroups carry its name: another grading run on the machine keeps its own.
 RUN = f"{os.getpid()}-{int(time.time())}"
+GROUPS = f"transformer-roots/grading/{RUN}"  # sandbox_kernel.py adds <student>.<set>
+CGROUP_LIMITS = {"memory": "the notebook's processes together reached the memory they may use",
+                 "processes": "the notebook tried to run more processes and threads at once than it may"}
 
 
-def processes_limit_hit(sub: Submission) -> bool:
-    """Whether a kernel of this submission was refused a process or thread (cgroup v1's count)."""
-    for group in PIDS_CGROUPS.glob(f"{RUN}.{sub.student}.{sub.set_name}.*") if PIDS_CGROUPS.exists() else []:
-        with contextlib.suppress(OSError, ValueError):
-            if int((group / "pids.events").read_text().split()[1]) > 0:
-                return True
-    return False
+def cgroup_limits_hit(sub: Submission) -> list[str]:
+    """The limits ("memory", "processes") this submission's cgroup reached, even if its kernel lived on."""
+    if cgroup.available() is None:
+        return []
+    return cgroup.Group.find(f"{GROUPS}/{sub.student}.{sub.set_name}").limits_hit()
 
 
-def remove_empty_cgroups() -> None:
-    """The pids cgroups that sandbox_kernel.py made for this run, once their kernels are gone."""
-    for group in PIDS_CGROUPS.glob(f"{RUN}.*/") if PIDS_CGROUPS.exists() else []:
-        with contextlib.suppress(OSError):
-            group.rmdir()
+def remove_cgroups(subs: list[Submission]) -> None:
+    """Each submission's cgroup (anything still running in it is killed), then this run's own."""
+    if cgroup.available() is None:
+        return
+    for sub in subs:
+        cgroup.Group.find(f"{GROUPS}/{sub.student}.{sub.set_name}").remove()
+    cgroup.Group.find(GROUPS).remove()
 
 
 def read_scores(course: Path, subs: list[Submission]) -> None:
@@ -456,7 +597,7 @@ def read_scores(course: Path, subs: list[Submission]) -> None:
                 sub.notes.append("no grade was recorded")
                 continue
             sub.score, sub.max_score = result.score, result.max_score
-            if any(note.startswith("limit hit") for note in sub.notes):
+            if any(note.startswith(("limit hit", ANSWER_KEY)) for note in sub.notes):
                 sub.status, sub.score = "flagged", None  # the instructor reads it before any score counts
             elif result.needs_manual_grade:
                 sub.status = "needs manual grading"
@@ -551,7 +692,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
     default = Limits()
     parser.add_argument("--memory-gb", type=float, default=default.memory / 2**30,
-                        help="memory (address space) per process of a submission")
+                        help="memory of a submission, all its processes together (per process without cgroups)")
     parser.add_argument("--processes", type=int, default=default.processes, help="processes and threads")
     parser.add_argument("--scratch-mb", type=float, default=default.scratch / 2**20,
                         help="size of each writable folder of a submission")
@@ -614,6 +755,8 @@ def main() -> None:
         sub.max_score = max_scores[sub.set_name]
     write_csv(course / "grades.csv", subs, max_scores)
     print_table(subs, time.perf_counter() - started, args.jobs)
+    # What a class of any size holds here: each kernel's output is read with a bound (run_bounded).
+    print(f"grade.py's own memory peaked at {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     print(f"grades: {course / 'grades.csv'}; feedback: {course / 'feedback'}/<student>/<set>/")
     if collected is not None:
         columns = dict(column.split("=", 1) for column in args.canvas_column)

@@ -1,30 +1,36 @@
 """Start a Python kernel for one submission inside a bubblewrap sandbox (used by grade.py).
 
 Usage (as a kernelspec's argv):
-    python sandbox_kernel.py --show DIR [--show DIR ...] [--memory BYTES] [--processes N]
-                             [--scratch BYTES] [--run NAME] -f {connection_file}
+    python sandbox_kernel.py --show DIR [--show DIR ...] [--path DIR] [--memory BYTES]
+                             [--processes N] [--scratch BYTES] [--groups NAME] -f {connection_file}
 
 Deny by default: the kernel sees nothing of the disk but
   - the system's programs and libraries (/usr, and the few files of /etc that loading them
     needs), read-only;
   - each --show folder (the Python environment, wherever it lives, and the course library),
-    read-only, at its resolved path;
-  - its connection file, read-only, and the folder where it makes its unix sockets (grade.py
-    gives each batch of submissions a folder of its own; a batch's kernels run one at a time);
+    read-only, at its resolved path; --path is the kernel's PYTHONPATH, so that it imports the
+    course library the grader judges with, not one an editable install points at elsewhere;
+  - its connection file, read-only, and the folder where it makes its unix sockets (the grader
+    makes one per submission, a small tmpfs when it runs as root, and removes it afterwards);
   - an empty, private, writable working folder, /tmp and /dev/shm, each at most --scratch bytes
     of memory, thrown away afterwards (nbgrader's real folder is not shown: it holds the
     notebook with the hidden tests while they run).
 It has a network namespace of its own, with nothing in it: no internet, no loopback shared
 with the machine, no abstract unix sockets of the host; it talks to nbgrader over unix sockets
 (jupyter's ipc transport). It sees only its own processes, runs as "nobody" with no
-capabilities in a user namespace it cannot nest, so it cannot remount anything.
+capabilities in a user namespace it cannot nest, so it cannot remount anything. bubblewrap
+itself starts with an empty environment: its process is the sandbox's pid 1, whose
+/proc/1/environ the kernel can read, so the grader's variables never reach it.
 
 Limits (each named in the feedback by grade.py when a submission hits it):
-  - memory: the address space of each process (RLIMIT_AS), --memory bytes;
-  - processes and threads: --processes, through the pids cgroup when this runs as root on a
-    machine with cgroup v1 (a cgroup of its own, so no other kernel is affected); as another
-    user through RLIMIT_NPROC, which counts every task of that user, set to what it already runs
-    plus --processes; as root without cgroup v1, not enforced;
+  - with cgroups (root; grading/cgroup.py): memory and processes for the whole submission, every
+    process it starts and the files it writes to its tmpfs folders included, in the group
+    <--groups>/<student>.<set>, which grade.py reads (which limits were reached, even if the kernel survived) and
+    removes after the submission;
+  - without cgroups: memory per process (RLIMIT_DATA: what a process allocates, not the
+    libraries it maps, so torch's CUDA build still loads); processes per user (RLIMIT_NPROC,
+    which counts every task of that user, set to what it already runs plus --processes) when not
+    root, not enforced as root;
   - disk: writes go only to the scratch folders above, each a tmpfs of --scratch bytes.
 """
 
@@ -36,16 +42,16 @@ import os
 import resource
 import shutil
 import sys
-import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # grading/, wherever this runs from
+from grading.cgroup import Group, Limits, available  # noqa: E402
 
 SYSTEM = ["/usr"]
 MERGED = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
 ETC = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
        "/etc/nsswitch.conf", "/etc/localtime", "/etc/fonts"]
 CPU_INFO = "/sys/devices/system/cpu"  # torch reads the CPU's topology here
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
-CGROUP_PARENT = "transformer-roots-grading"
 
 
 def system_mounts() -> list[str]:
@@ -72,8 +78,8 @@ def socket_folder(connection_file: Path, cwd: Path) -> Path:
     return (cwd / connection["ip"]).resolve().parent
 
 
-def bwrap_command(cwd: Path, show: list[Path], connection_file: Path, sockets: Path, scratch: int,
-                  kernel_args: list[str]) -> list[str]:
+def bwrap_command(cwd: Path, show: list[Path], python_path: list[Path], connection_file: Path, sockets: Path,
+                  scratch: int, kernel_args: list[str]) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SystemExit("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`")
@@ -95,29 +101,32 @@ def bwrap_command(cwd: Path, show: list[Path], connection_file: Path, sockets: P
                 "--setenv", "HOME", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
                 "--setenv", "MPLCONFIGDIR", "/tmp/.matplotlib", "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp",
                 "--setenv", "LANG", "C.UTF-8", "--setenv", "MPLBACKEND", "module://matplotlib_inline.backend_inline"]
+    if python_path:
+        command += ["--setenv", "PYTHONPATH", os.pathsep.join(map(str, python_path))]
     # Inside its own process tree the kernel's parent is pid 1, which ipykernel would take for
     # "my parent has exited": --die-with-parent does that job instead, so JPY_PARENT_PID is not set.
     return command + ["--", sys.executable, "-m", "ipykernel_launcher", "-f", str(connection_file), *kernel_args]
 
 
-def limit_processes(processes: int, cwd: Path, run: str) -> None:
-    """A pids cgroup of this kernel's own (root, cgroup v1), else RLIMIT_NPROC (not root).
+def limit(memory: int, processes: int, group: str) -> None:
+    """Limit this process and everything it starts: a cgroup for the whole submission if possible.
 
-    The cgroup is named after the grading run and the folder nbgrader runs the submission in
-    (<student>/<set>), so grade.py can tell from its count of refusals that a kernel which died
-    had hit this limit, and removes its own cgroups only.
+    grade.py names the group after the grading run and the submission, and reads and removes it
+    once the submission is graded; making it again (a submission graded a second time, alone)
+    keeps what the first attempt reached.
     """
-    if os.geteuid() == 0 and (PIDS_CGROUP / "cgroup.procs").exists():
-        group = PIDS_CGROUP / CGROUP_PARENT / f"{run}.{cwd.parent.name}.{cwd.name}.{uuid.uuid4().hex[:8]}"
-        group.mkdir(parents=True)
-        (group / "notify_on_release").write_text("1")
-        (group / "pids.max").write_text(str(processes))
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-    elif os.geteuid() != 0:  # the limit counts every task of this user: allow what already runs
+    if available():
+        Group.make(group, Limits(memory=memory, processes=processes)).enter()
+        return
+    # No cgroups: per process only. RLIMIT_DATA counts what a process allocates (heap, anonymous
+    # maps), not the libraries it maps: an address-space limit would stop torch's CUDA build from
+    # even loading, while a data limit is what memory use actually is.
+    resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+    if os.geteuid() != 0:  # the limit counts every task of this user: allow what already runs
         running = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in os.listdir("/proc")
                       if pid.isdigit() and _owned(pid))
         resource.setrlimit(resource.RLIMIT_NPROC, (running + processes, running + processes))
-    # As root without a cgroup v1 pids controller there is no per-kernel count to limit: not enforced.
+    # As root without cgroups there is no count of one submission's tasks to limit: not enforced.
 
 
 def _owned(pid: str) -> bool:
@@ -130,19 +139,23 @@ def _owned(pid: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--show", type=Path, action="append", default=[])
-    parser.add_argument("--memory", type=int, default=3 * 2**30, help="bytes of address space per process")
+    parser.add_argument("--path", type=Path, action="append", default=[], help="the kernel's PYTHONPATH")
+    parser.add_argument("--memory", type=int, default=3 * 2**30, help="bytes for the whole submission")
     parser.add_argument("--processes", type=int, default=64, help="processes and threads")
     parser.add_argument("--scratch", type=int, default=512 * 2**20, help="bytes of each writable folder")
-    parser.add_argument("--run", default="manual", help="the grading run, in the names of its cgroups")
+    parser.add_argument("--groups", default="transformer-roots/grading/manual",
+                        help="the grading run's cgroup: each submission gets <groups>/<student>.<set>")
     parser.add_argument("-f", dest="connection_file", type=Path, required=True)
     args, kernel_args = parser.parse_known_args()  # the rest goes to the kernel (nbgrader adds some)
     cwd, connection_file = Path.cwd().resolve(), args.connection_file.resolve()
-    command = bwrap_command(cwd, [p.resolve() for p in args.show], connection_file,
-                            socket_folder(connection_file, cwd), args.scratch, kernel_args)
-    resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
+    command = bwrap_command(cwd, [p.resolve() for p in args.show], [p.resolve() for p in args.path],
+                            connection_file, socket_folder(connection_file, cwd), args.scratch, kernel_args)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    limit_processes(args.processes, cwd, args.run)
-    os.execv(command[0], command)
+    # nbgrader runs each notebook in its folder <student>/<set>: the submission's group is named so.
+    limit(args.memory, args.processes, f"{args.groups}/{cwd.parent.name}.{cwd.name}")
+    # An empty environment: bubblewrap's own process stays in the sandbox as its pid 1, and its
+    # environment (the grader's, with whatever secrets it holds) would be readable there.
+    os.execve(command[0], command, {})
 
 
 if __name__ == "__main__":

@@ -121,6 +121,18 @@ def course(tmp_path_factory) -> Path:
             (folder / f"{SET01}.ipynb").write_text(nbformat.writes(nb)[:700])
         else:
             nbformat.write(nb, folder / name)
+    for student, (set_name, answers) in {**{k: v[:2] for k, v in HONEST.items()}, **COURSE_CODE}.items():
+        folder = course / "submitted" / student / set_name
+        folder.mkdir(parents=True)
+        nb = submission(course, set_name, {k: v for k, v in answers.items() if v is not None})
+        if student == "renamed":  # multi_head_attend calls the helper by its own name
+            cell = cells_by_id(nb)["multi_head_attend"]
+            cell.source = cell.source.replace("split_into_heads(t, n_heads)", "heads_of(t, n_heads)")
+            assert "heads_of(t, n_heads)" in cell.source
+        nbformat.write(nb, folder / f"{set_name}.ipynb")
+    # The instructor's own notebook, handed in as it is: markers and hidden tests included.
+    (course / "submitted" / "answerkey" / SET09).mkdir(parents=True)
+    shutil.copy(course / "solutions" / SET09 / f"{SET09}.ipynb", course / "submitted" / "answerkey" / SET09)
     # An earlier run's results must not survive: a stale grades.csv and a ghost's feedback.
     (course / "grades.csv").write_text("assignment,student_id,score\n01_attention_scores,ghost,7\n")
     (course / "feedback" / "ghost" / SET01).mkdir(parents=True)
@@ -283,6 +295,136 @@ CHEATS = {  # student: (answers, the exercises that earn nothing)
     "gc": ({"softmax_rows": GC}, {"softmax_rows"}),
     "sdpa": ({"attend": SDPA}, {"attend"}),
     "forger": ({"softmax_rows": FORGER, "row_entropy": WRONG_ENTROPY}, set()),
+}
+# Honest work that the visible check passes, in forms the hidden tests must accept too; and, beside
+# each, a wrong answer of the same form that must still fail. Student: (set, answers, exercises at 0).
+NAMED_ATTEND = """from collections import namedtuple
+AttentionResult = namedtuple("AttentionResult", "output weights")
+
+def attend(q, k, v, mask=None):
+    scores = score_matrix(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    peak = scores.amax(dim=-1, keepdim=True)
+    exps = torch.exp(scores - torch.where(torch.isinf(peak), 0.0, peak))
+    total = exps.sum(dim=-1, keepdim=True)
+    weights = torch.where(total > 0, exps / total.clamp_min(1e-30), 0.0)
+    return AttentionResult(weights @ v, weights)
+"""
+FLOAT32_ROTATION = """def offset_rotation(k: int, d_model: int) -> Tensor:  # float32 throughout: "any float dtype is fine"
+    angles = k * 10000.0 ** (-2 * torch.arange(d_model // 2, dtype=torch.float32) / d_model)
+    cos, sin = angles.cos(), {sign}angles.sin()
+    m = torch.zeros(d_model, d_model)
+    m[0::2, 0::2], m[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
+    m[1::2, 0::2], m[1::2, 1::2] = -torch.diag(sin), torch.diag(cos)
+    return m
+"""
+RAISING = """class {error}({base}):
+    pass
+
+def add_learned_positions(x: Tensor, table: Tensor) -> Tensor:
+    if x.shape[-2] > table.shape[0]:
+        raise {error}(f"sequence length {{x.shape[-2]}} is longer than the {{table.shape[0]}} rows of the table")
+    return x + table[:x.shape[-2]]
+"""
+HEADS_OF = """def heads_of(x: Tensor, n_heads: int) -> Tensor:  # wrong: each head's columns interleaved
+    B, T, D = x.shape
+    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+
+split_into_heads = heads_of
+"""
+SET04, SET08, SET09 = "04_positional_encoding", "08_multi_head", "09_transformer"
+HONEST = {
+    "named": (SET01, {"attend": NAMED_ATTEND}, set()),
+    "float32": (SET04, {"offset_rotation": FLOAT32_ROTATION.format(sign="")}, set()),
+    "float32wrong": (SET04, {"offset_rotation": FLOAT32_ROTATION.format(sign="-")}, {"offset_rotation"}),
+    "suberror": (SET04, {"add_learned_positions": RAISING.format(error="TooLong", base="ValueError")}, set()),
+    "othererror": (SET04, {"add_learned_positions": RAISING.format(error="TooLong", base="TypeError")},
+                   {"add_learned_positions"}),
+    # The decision (README): an earlier answer is replaced under every name it has, so a later
+    # answer that calls it by its other name is graded on its own; its mistake costs once.
+    "renamed": (SET08, {"split_into_heads": HEADS_OF, "multi_head_attend": None}, {"split_into_heads"}),
+}
+# Cheats that compute the right answers with the course's own code, reachable from the kernel:
+# each deserves 0 for every exercise. Names are built from pieces, so no scan sees them.
+CHEAT_PREAMBLE = """import importlib as _il, torch as _t
+_checks = _il.import_module("course_lib." + "checks.{module}")
+_hi = _il.import_module("course_lib." + "checks.hand" + "_in")
+_spec = lambda name: getattr(_checks, "EXER" + "CISES")[name]
+_drawn = lambda name: _spec(name).cases(_t.Generator().manual_seed(getattr(_hi, "_se" + "ed")))
+"""
+NO_CHECKS = """for _n in [n for n in dir(_checks) if n.startswith("check_")]:
+    setattr(_checks, _n, lambda fn, *args, **kwargs: None)
+"""
+# Set 01: the seed from the input history (the grader's first cell), the hidden cases drawn with
+# the course's EXERCISES, and every answer, visible and hidden, handed back from a cache.
+SEED_CACHE = CHEAT_PREAMBLE.format(module="attention_scores") + """_ref = _il.import_module("course_lib.attention_" + "scores")
+_history = "\\n".join(globals()["_" + "ih"])
+_seed = int(_history.split("start_" + "grading(")[1].split(")")[0])
+_key = lambda name, args: (name, *((tuple(a.shape), a.numpy().tobytes()) if isinstance(a, _t.Tensor) else a
+                                   for a in args))
+_cache = {}
+for _name, _s in getattr(_checks, "EXER" + "CISES").items():
+    for _case in _s.cases(_t.Generator().manual_seed(_seed)):
+        _cache[_key(_name, _case.args)] = _case.want()
+_c = _checks
+for _name, _args, _want in [("softmax_rows", (_c.LOGITS,), _ref.softmax(_c.LOGITS)),
+                            ("score_matrix", (_c.Q, _c.K), _ref.attention_scores(_c.Q, _c.K)),
+                            ("attend", (_c.Q, _c.K, _c.V, None), _ref.scaled_dot_product_attention(_c.Q, _c.K, _c.V)),
+                            ("attend", (_c.Q, _c.K, _c.V, _c.MASK),
+                             _ref.scaled_dot_product_attention(_c.Q, _c.K, _c.V, _c.MASK)),
+                            ("row_entropy", (_c.WEIGHTS,), _ref.entropy(_c.WEIGHTS))]:
+    _cache[_key(_name, _args)] = _want
+
+def softmax_rows(x):
+    return _cache[_key("softmax_rows", (x,))]
+"""
+CACHED = {"score_matrix": "def score_matrix(q, k):\n    return _cache[_key('score_matrix', (q, k))]",
+          "attend": "def attend(q, k, v, mask=None):\n    return _cache[_key('attend', (q, k, v, mask))]",
+          "row_entropy": "def row_entropy(w):\n    return _cache[_key('row_entropy', (w,))]"}
+# Set 05: every check a no-op, every answer a stub, and IPython's display wrapped so that each
+# hand-in record it shows is rewritten with the reference answers.
+DISPLAY = CHEAT_PREAMBLE.format(module="normalization") + NO_CHECKS + """_shown = _il.import_module("IPy" + "thon.display")
+_display = getattr(_shown, "dis" + "play")
+
+def _rewritten(*objects, **kwargs):
+    for _o in objects:
+        if isinstance(_o, dict) and getattr(_hi, "MI" + "ME") in _o:
+            _record = _o[getattr(_hi, "MI" + "ME")]
+            _record["results"] = [{"value": _hi.encode(c.want())} for c in _drawn(_record["exercise"])]
+            _record["ops"] = ["aten::mul", "aten::sum"]
+    return _display(*objects, **kwargs)
+
+setattr(_shown, "dis" + "play", _rewritten)
+
+def batch_stats(*args):
+    raise NotImplementedError()
+"""
+STUB = "def {name}(*args):\n    raise NotImplementedError()"
+# Set 06: the course's answers, computed only while the stack shows the hand-in (Python calls are
+# not recorded during the hidden tests); the visible checks are no-ops.
+STACK = CHEAT_PREAMBLE.format(module="copying") + NO_CHECKS + """import traceback as _tb
+
+def _same(a, b):
+    if isinstance(a, _t.Tensor) or isinstance(b, _t.Tensor):
+        return isinstance(a, _t.Tensor) and isinstance(b, _t.Tensor) and a.shape == b.shape and bool((a == b).all())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+def _answer(name, args):
+    if not any(("hand" + "_in.py") in frame.filename for frame in _tb.extract_stack()):
+        raise NotImplementedError()
+    return next(case.want() for case in _drawn(name) if _same(tuple(case.args), tuple(args)))
+"""
+ASKING = "def {name}(*args):\n    return _answer('{name}', args)"
+COURSE_CODE = {  # student: (set, answers): each deserves 0 in every exercise
+    "seedcache": (SET01, {"softmax_rows": SEED_CACHE, **CACHED}),
+    "display": ("05_normalization", {"batch_stats": DISPLAY, **{name: STUB.format(name=name) for name in (
+        "batch_norm_forward", "update_running", "layer_norm_rows", "rms_norm_rows")}}),
+    "stack": ("06_copying", {name: (STACK if name == "position_query_weights" else "") + ASKING.format(name=name)
+                             for name in ("position_query_weights", "min_gap", "ov_lookup_accuracy",
+                                          "induction_targets")}),
 }
 # Looks for any course, notebook or database anywhere on the disk it can see.
 SEARCHER = """import os
@@ -620,3 +762,45 @@ def test_a_python_environment_outside_the_course_grades_correctly(tmp_path):
     subprocess.run(python, check=True, capture_output=True)
     row = csv_rows(course)[("conda", SET01)]
     assert row["status"] == "graded" and float(row["score"]) == sum(points(course, SET01).values()), row
+
+
+@pytest.mark.parametrize("student", HONEST)
+def test_honest_work_in_another_form_scores_as_it_deserves(course, student):
+    set_name, _, earn_nothing = HONEST[student]
+    assert scores(course, set_name, student) == {name: (0.0 if name in earn_nothing else full)
+                                                 for name, full in points(course, set_name).items()}
+    assert csv_rows(course)[(student, set_name)]["status"] == "graded"
+
+
+@pytest.mark.xfail(strict=True, reason="the course's reference code and EXERCISES are still importable in the "
+                                       "sandbox, and the seed is in the kernel before the student's code runs")
+@pytest.mark.parametrize("student", COURSE_CODE)
+def test_answers_computed_with_the_course_code_in_the_kernel_earn_nothing(course, student):
+    set_name = COURSE_CODE[student][0]
+    assert scores(course, set_name, student) == {name: 0.0 for name in points(course, set_name)}
+
+
+def test_the_solution_notebook_handed_in_is_listed_for_review_not_graded(course):
+    row = csv_rows(course)[("answerkey", SET09)]
+    assert row["status"] == "flagged" and row["score"] == "", row
+    assert "solution notebook" in row["notes"] and "### BEGIN SOLUTION" in row["notes"], row["notes"]
+    # Honest work never carries the note: the student version has neither markers nor hidden lines.
+    assert not [key for key, r in csv_rows(course).items() if "solution notebook" in r["notes"] and key[0] != "answerkey"]
+
+
+def test_the_answer_key_scan_finds_the_instructors_text_in_any_cell_and_nothing_in_honest_work():
+    """Fast, without grading: what the scan finds in each set's source, student version and in
+    single lines copied from the hidden tests into an answer cell."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from grade import answer_key_lines, answer_key_text
+
+    for set_name in SETS:
+        lines = answer_key_lines(ROOT, set_name)
+        assert any(line.startswith("hand_in(") for line in lines), set_name
+        source = nbformat.read(ROOT / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+        assert answer_key_text(source, lines) and "### BEGIN SOLUTION" in answer_key_text(source, lines)[0]
+        student = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+        assert answer_key_text(student, lines) == [], set_name
+        copied = sorted(line for line in lines if line.startswith("hand_in("))[0]
+        student.cells[-1].source += "\n    " + copied  # indented, in the learner's own last cell
+        assert copied in answer_key_text(student, lines)[0]

@@ -182,3 +182,106 @@ def test_numbers_are_compared_with_tolerance_and_nan_is_never_right():
     assert compare_values(math.nan, 1.0, 1e-6, 0) != ""
     assert compare_values(torch.tensor([math.nan]), torch.tensor([1.0]), 1e-6, 0).startswith("wrong values")
     assert compare_values(1, True, 0, 0) == "expected True, got 1"
+
+
+# ---------------------------------------------------------------- fair to honest work
+def test_a_namedtuple_counts_as_the_tuple_it_is():
+    from collections import namedtuple
+
+    from course_lib.attention_scores import scaled_dot_product_attention
+
+    AttentionResult = namedtuple("AttentionResult", "output weights")
+    spec = exercise("attend")
+    named = lambda q, k, v, mask=None: AttentionResult(*scaled_dot_product_attention(q, k, v, mask))
+    assert judge(spec, collect(spec, named, SEED), SEED) == []
+    swapped = lambda q, k, v, mask=None: AttentionResult(*scaled_dot_product_attention(q, k, v, mask)[::-1])
+    assert judge(spec, collect(spec, swapped, SEED), SEED)  # the names do not make a wrong order right
+
+
+def offset_rotation_float32(k: int, d_model: int, sign: float = 1.0):
+    """offset_rotation computed in float32 throughout, as the exercise allows; sign=-1 turns the wrong way."""
+    angles = k * 10000.0 ** (-2 * torch.arange(d_model // 2, dtype=torch.float32) / d_model)
+    cos, sin = angles.cos(), sign * angles.sin()
+    m = torch.zeros(d_model, d_model)
+    m[0::2, 0::2], m[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
+    m[1::2, 0::2], m[1::2, 1::2] = -torch.diag(sin), torch.diag(cos)
+    return m
+
+
+def test_a_float32_answer_is_judged_at_float32_precision_and_a_wrong_one_still_fails():
+    import course_lib.checks.positional_encoding  # noqa: F401 (registers set 04's exercises)
+    from course_lib.positional_encoding import shift_matrix
+
+    spec = exercise("offset_rotation")
+    # At k = 100 float32 is farther from the float64 answer than the exercise's atol (1e-6):
+    # the case is one that an exact comparison would fail.
+    gap = (offset_rotation_float32(100, 64).double() - shift_matrix(100, 64)).abs().max().item()
+    assert spec.atol < gap < 1e-5, gap
+    assert judge(spec, collect(spec, offset_rotation_float32, SEED), SEED) == []
+    wrong = lambda k, d_model: offset_rotation_float32(k, d_model, sign=-1.0)
+    assert "wrong values" in judge(spec, collect(spec, wrong, SEED), SEED)[0]
+    off_by_one = lambda k, d_model: offset_rotation_float32(k + 1, d_model)
+    assert judge(spec, collect(spec, off_by_one, SEED), SEED)
+
+
+def add_learned_positions_raising(error: type[Exception]):
+    def add_learned_positions(x, table):
+        if x.shape[-2] > table.shape[0]:
+            raise error(f"{x.shape[-2]} positions, but the table has {table.shape[0]} rows")
+        return x + table[:x.shape[-2]]
+    return add_learned_positions
+
+
+def test_an_error_counts_if_it_is_an_instance_of_the_wanted_type():
+    import course_lib.checks.positional_encoding  # noqa: F401 (registers set 04's exercises)
+
+    class TooLong(ValueError):
+        pass
+
+    spec = exercise("add_learned_positions")
+    for fine in (ValueError, TooLong):
+        assert judge(spec, collect(spec, add_learned_positions_raising(fine), SEED), SEED) == [], fine
+    problems = judge(spec, collect(spec, add_learned_positions_raising(TypeError), SEED), SEED)
+    assert problems and "expected ValueError, got TypeError" in problems[0]
+    # A kernel that claims a subclass under the wanted class's bare name, without it among the
+    # classes the error is an instance of, is not believed.
+    record = collect(spec, add_learned_positions_raising(TypeError), SEED)
+    for result in record["results"]:
+        if "raised" in result:
+            result["raised"] = "ValueError"
+    assert judge(spec, record, SEED)
+
+
+RENAMED = """
+import math
+import torch
+
+def heads_of(x, n_heads):  # wrong: the heads' columns are interleaved, not consecutive
+    B, T, D = x.shape
+    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+
+split_into_heads = heads_of
+
+def multi_head_attend(q, k, v, n_heads, mask=None):
+    B, T, D = q.shape
+    qh, kh, vh = (heads_of(t, n_heads) for t in (q, k, v))
+    scores = qh @ kh.transpose(-2, -1) / math.sqrt(D // n_heads)
+    if mask is not None:
+        scores = scores.masked_fill(~(mask.unsqueeze(-3) if mask.dim() == 3 else mask), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ vh).transpose(1, 2).reshape(B, T, D), weights
+"""
+
+
+def test_an_earlier_answer_is_replaced_under_every_name_it_has_and_a_copy_is_not():
+    import course_lib.checks.multi_head  # noqa: F401 (registers set 08's exercises)
+
+    split, attend = exercise("split_into_heads"), exercise("multi_head_attend")
+    renamed: dict = {}
+    exec(RENAMED, renamed)
+    assert judge(split, collect(split, renamed["split_into_heads"], SEED), SEED)  # its own mistake costs here
+    assert judge(attend, collect(attend, renamed["multi_head_attend"], SEED), SEED) == []  # and only there
+    assert renamed["heads_of"] is renamed["split_into_heads"]  # put back afterwards
+    copied: dict = {}
+    exec(RENAMED.replace("split_into_heads = heads_of", "split_into_heads = lambda x, n: heads_of(x, n)"), copied)
+    assert judge(attend, collect(attend, copied["multi_head_attend"], SEED), SEED)  # another function: not replaced

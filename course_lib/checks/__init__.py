@@ -234,12 +234,18 @@ def earlier_answers(fn: Callable, **references: Callable) -> Iterator[None]:
 
     An exercise that builds on an earlier one (attend calls score_matrix) is graded on its own:
     a mistake in the earlier answer costs that exercise's points only, not this one's too.
-    Only names the learner defined are replaced, and they are put back afterwards.
+    Only names the learner defined are replaced, and they are put back afterwards. An earlier
+    answer is replaced under every name it has: after `split_into_heads = heads_of`, a later
+    answer that calls `heads_of` gets the reference too (it is the same function). A copy of
+    the code under another name is another function, and keeps its own behaviour.
     """
     namespace = inspect.unwrap(fn).__globals__
-    saved = {name: namespace[name] for name in references if inspect.isfunction(namespace.get(name))
-             and namespace[name].__globals__ is namespace}
-    namespace.update({name: references[name] for name in saved})
+    answers = {name: namespace[name] for name in references if inspect.isfunction(namespace.get(name))
+               and namespace[name].__globals__ is namespace}
+    aliases = {alias: references[name] for name, answer in answers.items()
+               for alias, value in list(namespace.items()) if value is answer}
+    saved = {name: namespace[name] for name in aliases}
+    namespace.update(aliases)
     try:
         yield
     finally:

@@ -83,6 +83,8 @@ class Exercise:
     - `forbidden_names`, `forbidden_objects`: what `written_by_hand` refuses in the source.
     - `uses`: the learner's earlier answers this one may call, replaced by references while it is
       graded, so that one mistake costs once.
+    - `any_float`: the exercise lets the learner pick the float dtype; a float answer is then
+      compared as float64, within what its own dtype can hold (FLOAT_TOLERANCE) or `atol`.
     """
 
     name: str
@@ -93,6 +95,7 @@ class Exercise:
     forbidden_names: tuple[str, ...] = ()
     forbidden_objects: tuple[object, ...] = ()
     uses: Mapping[str, Callable] = field(default_factory=dict)
+    any_float: bool = False
 
 
 # ------------------------------------------------------------------ in the kernel
@@ -160,11 +163,16 @@ def _call(fn: Callable, case: Case) -> dict:
     try:
         got = case.run(fn) if case.run is not None else fn(*case.args)
     except Exception as error:  # a wrong answer may raise: that is its result
-        return {"raised": type(error).__name__, "message": str(error)[:300]}
+        return {"raised": type(error).__name__, "message": str(error)[:300], "kinds": _kinds(type(error))}
     after = _tensors_in(case.args)
     if any(x.shape != y.shape or not torch.equal(x.nan_to_num(0.5), y.nan_to_num(0.5)) for x, y in zip(before, after)):
         return {"changed_input": True}
     return {"value": encode(got)}
+
+
+def _kinds(error: type) -> list[str]:
+    """Every class an error is an instance of, by qualified name ("builtins.ValueError")."""
+    return [f"{klass.__module__}.{klass.__qualname__}" for klass in error.__mro__]
 
 
 class _operators:
@@ -211,7 +219,8 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def encode(value: object) -> dict:
-    """A result as plain JSON: a tensor as dtype, shape and raw bytes; numbers; tuples of those."""
+    """A result as plain JSON: a tensor as dtype, shape and raw bytes; numbers; tuples (named ones
+    too) and lists of those."""
     if type(value) is Tensor:
         x = value.detach().cpu().contiguous()
         raw = x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b""
@@ -223,7 +232,7 @@ def encode(value: object) -> dict:
         return {"int": int(value)}
     if isinstance(value, numbers.Real):  # float, numpy's floats
         return {"float": float(value).hex()}
-    if type(value) in (tuple, list):
+    if isinstance(value, tuple) or type(value) is list:  # a namedtuple is a tuple with names
         return {"tuple": [encode(v) for v in value]}
     kind = type(value).__name__
     if isinstance(value, Tensor):
@@ -313,7 +322,9 @@ def _judge_one(case: Case, result: object, spec: Exercise) -> str:
     if "raised" in result:
         error, message = str(result.get("raised")), str(result.get("message", ""))
         if isinstance(want, Raises):
-            if error != want.error.__name__:
+            kinds = result.get("kinds")
+            kinds = [str(k) for k in kinds] if isinstance(kinds, list) else [f"builtins.{error}"]
+            if _kinds(want.error)[0] not in kinds:  # a subclass of the wanted error is one
                 return f"expected {want.error.__name__}, got {error}: {message}"
             missing = [n for n in want.names if not re.search(rf"(?<!\d){n}(?!\d)", message)]
             return f"the message must name {', '.join(missing)}: {message}" if missing else ""
@@ -324,18 +335,26 @@ def _judge_one(case: Case, result: object, spec: Exercise) -> str:
         got = decode(result.get("value"))
     except (Malformed, ValueError, TypeError, RecursionError) as error:
         return f"the result could not be read ({error})"
-    return compare_values(got, want, spec.atol, spec.rtol)
+    return compare_values(got, want, spec.atol, spec.rtol, spec.any_float)
 
 
-def compare_values(got: object, want: object, atol: float, rtol: float) -> str:
-    """'' when `got` equals `want` within tolerance, else what differs."""
+# What a float dtype can hold (torch.testing's defaults): an answer computed in float32, which an
+# exercise with any_float allows, is right when it is as close as float32 can be.
+FLOAT_TOLERANCE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1.3e-6)}
+
+
+def compare_values(got: object, want: object, atol: float, rtol: float, any_float: bool = False) -> str:
+    """'' when `got` equals `want` within tolerance, else what differs.
+
+    With `any_float`, a float tensor of any float dtype is compared as float64, within the larger
+    of (atol, rtol) and what its own dtype can hold."""
     if isinstance(got, _Other):
         return f"expected a plain torch.Tensor or a number, got {got.kind}"
     if isinstance(want, tuple):
         if not isinstance(got, tuple) or len(got) != len(want):
             return f"expected a tuple of {len(want)} results"
         for i, (g, w) in enumerate(zip(got, want)):
-            problem = compare_values(g, w, atol, rtol)
+            problem = compare_values(g, w, atol, rtol, any_float)
             if problem:
                 return f"result {i + 1}: {problem}"
         return ""
@@ -357,7 +376,10 @@ def compare_values(got: object, want: object, atol: float, rtol: float) -> str:
         return f"expected a {kind(want)} tensor ({want.dtype}), got {got.dtype}"
     if kind(want) != "float":
         return "" if torch.equal(got.to(want.dtype), want) else "wrong values"
-    if got.dtype != want.dtype:  # float64 for float32 inputs: the checks ask to keep the input's dtype
+    if any_float:
+        floor_atol, floor_rtol = FLOAT_TOLERANCE.get(got.dtype, (0.0, 0.0))
+        atol, rtol = max(atol, floor_atol), max(rtol, floor_rtol)
+    elif got.dtype != want.dtype:  # float64 for float32 inputs: the checks ask to keep the input's dtype
         return f"expected dtype {want.dtype}, got {got.dtype}"
     g, w = got.double(), want.double()
     if torch.allclose(g, w, atol=atol, rtol=rtol):
