@@ -13,7 +13,7 @@ from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, GetGr
 
 from grading.sanitize import SafeHTMLExporter, SanitizeOutputs
 from grading.steps import (TIMEOUT_SECONDS, HideHiddenTests, JudgeHandIns, LimitedExecute, NameLimits,
-                           SeedHiddenTests, StderrToStdout)
+                           PlanHiddenTests, StderrToStdout)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -39,7 +39,7 @@ c.LimitedExecute.raise_on_iopub_timeout = False
 
 # Once judged, the outputs keep no script, widget state or unsafe HTML (grading/sanitize.py): the
 # autograded notebook is safe to open in JupyterLab and to render in the formgrader and feedback.
-c.Autograde.autograde_preprocessors = [SeedHiddenTests, LimitedExecute, StderrToStdout, NameLimits, JudgeHandIns,
+c.Autograde.autograde_preprocessors = [PlanHiddenTests, LimitedExecute, StderrToStdout, NameLimits, JudgeHandIns,
                                        SanitizeOutputs, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                                        AssignLatePenalties, CheckCellMetadata]
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

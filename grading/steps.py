@@ -1,13 +1,16 @@
 """nbgrader preprocessors for Transformer Roots, in the order nbgrader_config.py runs them.
 
 Autograding a notebook:
-1. `SeedHiddenTests` adds a first cell that gives the kernel this run's fresh seed.
+1. `PlanHiddenTests` keeps the answer key here: for each graded cell it draws the exercise's
+   cases from a fresh seed and runs the instructor's solution on them (grading/answer_key.py),
+   then writes only the inputs into the cell's hand_in line. Demonstrations that import the
+   course's own modules are not run (a graded kernel has only course_lib's checks).
 2. `LimitedExecute` runs the notebook (each cell in the sandboxed kernel) with limits on output
    and on the whole notebook's time that the kernel cannot lift: they are enforced here.
 3. `StderrToStdout` keeps warnings from zeroing a cell; `NameLimits` says which limit an error hit.
-4. `JudgeHandIns` reads what each graded cell handed in and judges it against the reference
-   answers, drawn again here from the seed: a test cell keeps its points only if the judge
-   says every case is right. Nothing the kernel prints or patches decides this.
+4. `JudgeHandIns` reads what each graded cell handed in and judges it with the plan: the visible
+   check runs here on the learner's results, then each case against the reference answer. A test
+   cell keeps its points only if both pass. Nothing the kernel prints or patches decides this.
 Feedback: `HideHiddenTests` shows which cell failed and why, never the hidden tests or records.
 """
 
@@ -29,13 +32,20 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_code_cell, new_output
 from nbgrader.preprocessors import Execute
 
-from course_lib.checks.hand_in import MIME, exercise, judge
+from course_lib.checks.hand_in import MIME
+from grading.answer_key import VISIBLE, plan, verdict
 
 TIMEOUT_SECONDS = 20  # per cell: each graded cell runs in well under a second
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
 HAND_IN = re.compile(r"""hand_in\(\s*["'](\w+)["']""")
+HAND_IN_CALL = re.compile(r"""hand_in\(\s*["'](\w+)["']\s*,\s*(\w+)\s*\)""")
+# A locked demonstration cell that imports the course's own modules (lesson data, say): a graded
+# kernel does not have them, and the cell earns nothing, so it is not run.
+COURSE_IMPORT = re.compile(r"^\s*(from|import)\s+course_lib(?!\.checks)\b", re.M)
+NOT_RUN = "# (a demonstration with the course's own modules: not run while grading)"
+# What every graded kernel must be able to run (scripts/grade.py tries it before grading anyone).
+SANDBOX_PROBE = "from course_lib.checks.hand_in import hand_in"
 LIMIT = "LimitExceeded"  # the ename of an error that names a limit; grade.py flags such submissions
-SEED_CELL = "seed_cell"
 
 # Set by scripts/grade.py from its command line; the defaults fit a class on a 2-core, 24 GB machine.
 OUTPUT_BYTES_PER_CELL = int(os.environ.get("TR_OUTPUT_BYTES_PER_CELL", 1_000_000))
@@ -54,16 +64,29 @@ def error_output(ename: str, message: str):
     return new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
 
 
-class SeedHiddenTests(Preprocessor):
-    """Before execution: a first cell gives the kernel a seed drawn fresh for this notebook."""
+class PlanHiddenTests(Preprocessor):
+    """Before execution: each hand_in line gets its inputs; the plans that judge them stay here."""
 
     enabled = True
 
     def preprocess(self, nb, resources):
-        seed = secrets.randbelow(2**62)
-        resources["hand_in_seed"] = seed
-        source = f"from course_lib.checks.hand_in import start_grading\nstart_grading({seed})"
-        nb.cells.insert(0, new_code_cell(source, metadata={SEED_CELL: True}))
+        set_name = resources.get("nbgrader", {}).get("assignment")
+        solutions = Path(self.config.CourseDirectory.root or ".").resolve() / self.config.CourseDirectory.source_directory
+        plans: dict = {}
+
+        def with_inputs(call: re.Match) -> str:
+            name, fn = call.groups()
+            if name not in plans:
+                plans[name] = plan(solutions, set_name, name, secrets.randbelow(2**62))
+            return f'hand_in("{name}", {fn}, "{plans[name].line()}")'
+
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if is_test_cell(cell):
+                cell.source = HIDDEN.sub(lambda block: HAND_IN_CALL.sub(with_inputs, block.group(0)), cell.source)
+            elif cell.cell_type == "code" and meta.get("locked") and COURSE_IMPORT.search(cell.source):
+                cell.source = NOT_RUN
+        resources["hand_in_plans"] = plans
         return nb, resources
 
 
@@ -72,36 +95,38 @@ class JudgeHandIns(Preprocessor):
 
     The exercises a cell hands in are read from its hidden tests, which nbgrader has restored from
     the instructor's source (the kernel cannot change them). A cell that ran without error keeps
-    its points only if it handed in exactly one record per exercise and every case is right;
-    otherwise it gets an error output saying why, which makes nbgrader give it 0.
+    its points only if it handed in exactly one record per exercise, the visible check passes on
+    it and every case is right; otherwise it gets an error output saying why, which makes nbgrader
+    give it 0.
     """
 
     enabled = True
 
     def preprocess(self, nb, resources):
-        seed = resources.pop("hand_in_seed", None)
-        set_name = resources.get("nbgrader", {}).get("assignment")
-        nb.cells = [cell for cell in nb.cells if not cell.metadata.get(SEED_CELL)]
+        plans = resources.pop("hand_in_plans", {})
         for cell in nb.cells:
             names = [n for block in HIDDEN.findall(cell.source) for n in HAND_IN.findall(block)]
-            if is_test_cell(cell) and names and seed is not None:
-                self._judge_cell(cell, names, set_name, seed)
+            if is_test_cell(cell) and names:
+                self._judge_cell(cell, names, plans)
         return nb, resources
 
     @staticmethod
-    def _judge_cell(cell, names: list[str], set_name: str, seed: int) -> None:
+    def _judge_cell(cell, names: list[str], plans: dict) -> None:
         records = [o["data"][MIME] for o in cell.outputs if o.get("output_type") == "display_data"
                    and MIME in o.get("data", {})]
         if any(o.get("output_type") == "error" for o in cell.outputs):
             return  # it already fails: the learner sees their own error
         for name in names:
             mine = [r for r in records if isinstance(r, dict) and r.get("exercise") == name]
-            if len(mine) != 1:
+            if len(mine) != 1 or name not in plans:
                 message = (f"{name}: the hidden tests handed in {len(mine)} results instead of 1 (the cell was "
                            "skipped, emptied or changed while grading): 0 points; the instructor will look at it")
                 cell.outputs.append(error_output("NotGraded", message))
                 return
-            problems = judge(exercise(name, set_name), mine[0], seed)
+            problems = verdict(plans[name], mine[0])
+            if problems and problems[0].startswith(VISIBLE):
+                cell.outputs.append(error_output("CheckFailed", problems[0].removeprefix(VISIBLE)))
+                return
             if problems:
                 more = f" (and {len(problems) - 1} more cases)" if len(problems) > 1 else ""
                 cell.outputs.append(error_output("HiddenTestFailed", f"{name}: {problems[0]}{more}"))

@@ -28,6 +28,7 @@ as the CSV that LMS imports: canvas-grades.csv, or moodle-grades-<set>.csv).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import csv
 import datetime
@@ -226,7 +227,7 @@ SUSPICIOUS = {
     "stops the kernel": r"\b(exit|quit)\(|os\._exit|sys\.exit",
     # The kernel hands in what it computed; code that reaches into that machinery could hand in
     # answers its own functions did not compute (README: what the grader does not guarantee).
-    "reaches into the grading code or torch's dispatch": r"course_lib\.checks|hand_in|start_grading|"
+    "reaches into the grading code or torch's dispatch": r"course_lib\.checks|hand_in|"
         r"Torch(Function|Dispatch)Mode|__torch_(function|dispatch)__|_(enable|disable|prepare)_profiler|"
         r"settrace|setprofile|\bgc\.|__code__|events\.register|(pre|post)_run_cell",
     # Python calls are recorded only in the calling thread and threads started during a check.
@@ -323,6 +324,38 @@ class Limits:
                 "TR_SECONDS_PER_SUBMISSION": str(self.seconds)}
 
 
+# What a graded kernel may import of the course: the checks' plumbing (comparisons, the hand-in).
+# Each set's visible checks are no-ops there, since the grader runs them on the results
+# (grading/answer_key.py); no lesson module, no EXERCISES, no reference answer is copied.
+SEALED_COPIES = ["__init__.py", "bug_hints.py", "hand_in.py"]
+SEALED_CHECKS = '''"""While grading, the grader runs this set's visible checks on what hand_in hands in (grading/answer_key.py)."""
+
+
+def _checked_by_the_grader(fn) -> None:
+    """Nothing to do in the kernel: the grader runs the check on the results handed in."""
+
+
+'''
+
+
+def sealed_course_lib(course: Path) -> Path:
+    """A folder holding the course library as a graded kernel sees it (the kernel's PYTHONPATH)."""
+    folder = course / STAGING / "sealed"
+    shutil.rmtree(folder, ignore_errors=True)
+    checks = folder / "course_lib" / "checks"
+    checks.mkdir(parents=True)
+    (folder / "course_lib" / "__init__.py").write_text(
+        '"""The course library as a graded kernel sees it: only the checks\' plumbing (scripts/grade.py)."""\n')
+    for module in sorted((ROOT / "course_lib" / "checks").glob("*.py")):
+        if module.name in SEALED_COPIES:
+            shutil.copy(module, checks / module.name)
+            continue
+        names = [node.name for node in ast.parse(module.read_text()).body
+                 if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")]
+        (checks / module.name).write_text(SEALED_CHECKS + " = ".join([*names, "_checked_by_the_grader"]) + "\n")
+    return folder
+
+
 def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
     """Environment for nbgrader that runs every submission's kernel in scripts/sandbox_kernel.py.
 
@@ -335,12 +368,16 @@ def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
               "read solutions/ or the gradebook: install it (`apt-get install bubblewrap`)", file=sys.stderr)
         return limits.environment()
     python = Path(os.path.realpath(sys.executable)).parent.parent  # may sit in the home folder (pyenv)
-    show = {ROOT / "course_lib", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python}
+    sealed = sealed_course_lib(course)
+    show = {sealed, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python}
     show |= {Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
-    # The kernel imports the course library shown here, the one the judge uses, whatever the
-    # Python environment's own .pth files point at (an editable install of another checkout, say).
+    # The kernel imports the sealed course library shown here, whatever the Python environment's
+    # own .pth files point at (an editable install of another checkout, say); a full copy of it
+    # installed into a shown folder (`pip install .`) is hidden.
+    hide = {p / "course_lib" for p in show if p != sealed and (p / "course_lib").is_dir()}
     argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"), *(f"--show={p}" for p in sorted(show)),
-            f"--path={ROOT}", f"--memory={limits.memory}", f"--processes={limits.processes}",
+            *(f"--hide={p}" for p in sorted(hide)),
+            f"--path={sealed}", f"--memory={limits.memory}", f"--processes={limits.processes}",
             f"--scratch={limits.scratch}", f"--groups={GROUPS}", "-f", "{connection_file}"]
     spec = course / STAGING / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True, exist_ok=True)
@@ -493,9 +530,9 @@ def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
     """
     from traitlets.config.loader import PyFileConfigLoader
 
-    from grading.steps import LimitedExecute, SeedHiddenTests
+    from grading.steps import SANDBOX_PROBE, LimitedExecute
 
-    nb, _ = SeedHiddenTests().preprocess(nbformat.v4.new_notebook(), {})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SANDBOX_PROBE)])
     folder = course / STAGING / "check" / "first-cell"  # so its cgroup is <run>/check.first-cell
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / "kernel.log"  # the kernel's own stderr: why it died, if it did
@@ -650,7 +687,7 @@ def lms_rows(collected: Collected, subs: list[Submission]) -> list[dict]:
 
 def private_file(path: Path) -> Path:
     """`path`, made empty and readable by its owner only before anything is written to it: every
-    student's grade is in an LMS file, and a class's hub lets students read the checkout."""
+    student's grade is in grades.csv and the LMS files, and a class's hub lets students read the checkout."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     path.chmod(0o600)
     return path
@@ -753,7 +790,7 @@ def main() -> None:
     max_scores = set_max_scores(course, sets)
     for sub in subs:
         sub.max_score = max_scores[sub.set_name]
-    write_csv(course / "grades.csv", subs, max_scores)
+    write_csv(private_file(course / "grades.csv"), subs, max_scores)
     print_table(subs, time.perf_counter() - started, args.jobs)
     # What a class of any size holds here: each kernel's output is read with a bound (run_bounded).
     print(f"grade.py's own memory peaked at {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -1,15 +1,16 @@
 """Start a Python kernel for one submission inside a bubblewrap sandbox (used by grade.py).
 
 Usage (as a kernelspec's argv):
-    python sandbox_kernel.py --show DIR [--show DIR ...] [--path DIR] [--memory BYTES]
+    python sandbox_kernel.py --show DIR [--show DIR ...] [--hide DIR ...] [--path DIR] [--memory BYTES]
                              [--processes N] [--scratch BYTES] [--groups NAME] -f {connection_file}
 
 Deny by default: the kernel sees nothing of the disk but
   - the system's programs and libraries (/usr, and the few files of /etc that loading them
     needs), read-only;
-  - each --show folder (the Python environment, wherever it lives, and the course library),
-    read-only, at its resolved path; --path is the kernel's PYTHONPATH, so that it imports the
-    course library the grader judges with, not one an editable install points at elsewhere;
+  - each --show folder (the Python environment, wherever it lives, and the sealed course
+    library: the checks' plumbing, no answers), read-only, at its resolved path, except each
+    --hide folder inside them (a full copy of the course library), shown empty; --path is the
+    kernel's PYTHONPATH, so that it imports the sealed library, not one an install points at;
   - its connection file, read-only, and the folder where it makes its unix sockets (the grader
     makes one per submission, a small tmpfs when it runs as root, and removes it afterwards);
   - an empty, private, writable working folder, /tmp and /dev/shm, each at most --scratch bytes
@@ -78,8 +79,8 @@ def socket_folder(connection_file: Path, cwd: Path) -> Path:
     return (cwd / connection["ip"]).resolve().parent
 
 
-def bwrap_command(cwd: Path, show: list[Path], python_path: list[Path], connection_file: Path, sockets: Path,
-                  scratch: int, kernel_args: list[str]) -> list[str]:
+def bwrap_command(cwd: Path, show: list[Path], hide: list[Path], python_path: list[Path], connection_file: Path,
+                  sockets: Path, scratch: int, kernel_args: list[str]) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SystemExit("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`")
@@ -89,6 +90,8 @@ def bwrap_command(cwd: Path, show: list[Path], python_path: list[Path], connecti
     for folder in show:
         if folder.exists():
             command += ["--ro-bind", str(folder), str(folder)]
+    for folder in hide:  # an empty read-only folder in its place
+        command += ["--size", "4096", "--tmpfs", str(folder)]
     command += [*size, "--tmpfs", str(cwd), "--ro-bind", str(connection_file), str(connection_file)]
     command += ["--bind", str(sockets), str(sockets), "--chdir", str(cwd)]
     # The folders made to hold those mounts are read-only too: the writable places are only the
@@ -139,6 +142,7 @@ def _owned(pid: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--show", type=Path, action="append", default=[])
+    parser.add_argument("--hide", type=Path, action="append", default=[], help="a folder inside a shown one, shown empty")
     parser.add_argument("--path", type=Path, action="append", default=[], help="the kernel's PYTHONPATH")
     parser.add_argument("--memory", type=int, default=3 * 2**30, help="bytes for the whole submission")
     parser.add_argument("--processes", type=int, default=64, help="processes and threads")
@@ -148,7 +152,8 @@ def main() -> None:
     parser.add_argument("-f", dest="connection_file", type=Path, required=True)
     args, kernel_args = parser.parse_known_args()  # the rest goes to the kernel (nbgrader adds some)
     cwd, connection_file = Path.cwd().resolve(), args.connection_file.resolve()
-    command = bwrap_command(cwd, [p.resolve() for p in args.show], [p.resolve() for p in args.path],
+    command = bwrap_command(cwd, [p.resolve() for p in args.show], [p.resolve() for p in args.hide],
+                            [p.resolve() for p in args.path],
                             connection_file, socket_folder(connection_file, cwd), args.scratch, kernel_args)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # nbgrader runs each notebook in its folder <student>/<set>: the submission's group is named so.

@@ -294,7 +294,8 @@ CHEATS = {  # student: (answers, the exercises that earn nothing)
     "threaded": ({"softmax_rows": THREADED}, {"softmax_rows"}),
     "gc": ({"softmax_rows": GC}, {"softmax_rows"}),
     "sdpa": ({"attend": SDPA}, {"attend"}),
-    "forger": ({"softmax_rows": FORGER, "row_entropy": WRONG_ENTROPY}, set()),
+    # The course's reference is not in a graded kernel: the import fails, and its cell with it.
+    "forger": ({"softmax_rows": FORGER, "row_entropy": WRONG_ENTROPY}, {"softmax_rows", "row_entropy"}),
 }
 # Honest work that the visible check passes, in forms the hidden tests must accept too; and, beside
 # each, a wrong answer of the same form that must still fail. Student: (set, answers, exercises at 0).
@@ -574,7 +575,7 @@ def test_printed_table_counts_graded_flagged_and_missing(course):
     graded = sum(r["status"] == "graded" for r in csv_rows(course).values())
     missing = sum(r["status"] == "not submitted" for r in csv_rows(course).values())
     flagged = sum(r["status"] == "flagged" for r in csv_rows(course).values())
-    assert flagged == 7  # truncated, exits, and the five that hit a limit
+    assert flagged == 8  # truncated, exits, the five that hit a limit, and set 09's solution notebook
     assert f"{graded} graded" in out and f"{flagged} flagged" in out and f"{missing} not submitted" in out
     assert "s per submission" in out
 
@@ -702,13 +703,15 @@ def test_ready_made_kernels_are_refused_by_what_the_dispatcher_ran(course, stude
     assert "ready-made" in html and "earns no credit" in html
 
 
-def test_the_seed_and_the_handed_in_results_never_reach_feedback(course):
+def test_the_hidden_inputs_and_the_handed_in_results_never_reach_feedback(course):
+    inputs = re.compile(r'hand_in\("\w+", \w+, "([A-Za-z0-9+/=]{100,})"\)')
     for student in ("correct", "leaker", "hooker"):
         autograded = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
-        assert not any("start_grading" in c.source for c in autograded.cells)
+        lines = [m.group(1) for c in autograded.cells for m in inputs.finditer(c.source)]
+        assert len(lines) == len(points(course, SET01))  # each graded cell got its inputs
         assert any("hand-in+json" in json.dumps(c.get("outputs", [])) for c in autograded.cells)  # kept for review
         html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
-        assert "start_grading" not in html and "hand-in" not in html
+        assert not [line for line in lines if line[:40] in html] and "hand-in" not in html
 
 
 def test_release_is_the_course_without_answers(tmp_path):
@@ -772,8 +775,6 @@ def test_honest_work_in_another_form_scores_as_it_deserves(course, student):
     assert csv_rows(course)[(student, set_name)]["status"] == "graded"
 
 
-@pytest.mark.xfail(strict=True, reason="the course's reference code and EXERCISES are still importable in the "
-                                       "sandbox, and the seed is in the kernel before the student's code runs")
 @pytest.mark.parametrize("student", COURSE_CODE)
 def test_answers_computed_with_the_course_code_in_the_kernel_earn_nothing(course, student):
     set_name = COURSE_CODE[student][0]

@@ -1,13 +1,14 @@
 """The hidden tests' hand-in and its judge (course_lib/checks/hand_in.py, grading/steps.py).
 
 The kernel hands in plain data; the judge, in the grader's process, reads it as data only and
-compares it with references it draws again from the seed. These tests hand the judge what a
-kernel could send: right answers, wrong ones, forged and malformed records.
+compares it with the answer key it kept (grading/answer_key.py). These tests hand the judge what
+a kernel could send: right answers, wrong ones, forged and malformed records.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import math
 
 import nbformat
@@ -17,7 +18,10 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 import course_lib.checks.attention_scores  # noqa: F401 (registers set 01's exercises)
 from course_lib.checks import CheckFailed
-from course_lib.checks.hand_in import MIME, Malformed, collect, decode, encode, exercise, hand_in, judge
+from course_lib.checks.hand_in import (MIME, Malformed, Replay, answer, collect, decode, encode, encode_input, exercise,
+                                       hand_in, judge)
+from exercise_harness import ROOT
+from grading.answer_key import DECOYS, plan, verdict
 from grading.steps import JudgeHandIns
 
 SEED = 12345
@@ -132,30 +136,45 @@ def test_outside_grading_hand_in_judges_at_once():
 
 
 # ---------------------------------------------------------------- the judge as nbgrader runs it
+PLAN = plan(ROOT / "solutions", "01_attention_scores", "softmax_rows", SEED)
+
+
 def graded_notebook(*outputs) -> nbformat.NotebookNode:
     source = ('check_softmax_rows(softmax_rows)\n### BEGIN HIDDEN TESTS\n'
               'hand_in("softmax_rows", softmax_rows)\n### END HIDDEN TESTS')
     cell = new_code_cell(source, metadata={"nbgrader": {"grade": True, "grade_id": "softmax_rows_tests"}})
     cell.outputs = list(outputs)
-    return new_notebook(cells=[new_code_cell("start_grading(...)", metadata={"seed_cell": True}), cell])
+    return new_notebook(cells=[cell])
+
+
+def kernel_inputs(plan_) -> dict:
+    """What the kernel reads from its hand_in line."""
+    return json.loads(base64.b64decode(plan_.line()))
 
 
 def record_output(fn) -> dict:
-    spec = exercise("softmax_rows")
-    return new_output("display_data", data={MIME: collect(spec, fn, SEED), "text/plain": "hand-in"})
+    return new_output("display_data", data={MIME: answer(fn, kernel_inputs(PLAN)), "text/plain": "hand-in"})
 
 
 def judged(nb) -> list[str]:
-    resources = {"hand_in_seed": SEED, "nbgrader": {"assignment": "01_attention_scores"}}
-    nb, _ = JudgeHandIns().preprocess(nb, resources)
-    assert len(nb.cells) == 1  # the seed cell is gone
+    nb, _ = JudgeHandIns().preprocess(nb, {"hand_in_plans": {"softmax_rows": PLAN}})
     return [f"{o.ename}: {o.evalue}" for o in nb.cells[0].outputs if o.output_type == "error"]
 
 
 def test_the_judge_keeps_the_points_of_a_right_record_only():
     assert judged(graded_notebook(record_output(softmax_rows))) == []
+    # The visible check runs in the grader, on the kernel's results, before the hidden cases.
     assert judged(graded_notebook(record_output(wrong_softmax_rows)))[0].startswith(
-        "HiddenTestFailed: softmax_rows: scores of shape (3, 7): wrong values")
+        "CheckFailed: softmax_rows(LOGITS): the answer contains NaN")
+    right_on_the_check_only = lambda x: softmax_rows(x) if x.shape == (2, 3) else torch.zeros_like(x)
+    assert judged(graded_notebook(record_output(right_on_the_check_only)))[0].startswith(
+        "HiddenTestFailed: softmax_rows: scores of shape (5,): wrong values")
+
+
+def test_a_cell_whose_hidden_tests_were_not_planned_earns_nothing():
+    nb = graded_notebook(record_output(softmax_rows))
+    nb, _ = JudgeHandIns().preprocess(nb, {"hand_in_plans": {}})
+    assert [o.ename for o in nb.cells[0].outputs if o.output_type == "error"] == ["NotGraded"]
 
 
 def test_no_record_or_two_records_earn_nothing():
@@ -172,6 +191,52 @@ def test_a_cell_that_failed_in_the_kernel_keeps_its_own_error():
 def test_printed_text_saying_passed_earns_nothing():
     printed = new_output("stream", name="stdout", text="softmax_rows: hidden tests passed (4 cases)\n")
     assert judged(graded_notebook(printed))[0].startswith("NotGraded")
+
+
+# ---------------------------------------------------------------- the answer key stays in the grader
+def test_the_kernel_gets_inputs_and_replay_tables_only():
+    """What the hand_in line holds: no seed, no code, no reference answer for the exercise's own cases."""
+    attend = plan(ROOT / "solutions", "01_attention_scores", "attend", SEED)
+    inputs = kernel_inputs(attend)
+    assert set(inputs) == {"exercise", "calls", "replays", "uses", "forbidden_ops", "forbidden_names"}
+    assert str(SEED) not in attend.line() and "lambda" not in json.dumps(inputs)
+    assert len(inputs["calls"]) == attend.visible + sum(attend.per_case)
+    # The earlier answer the solution's attend calls answers for the inputs a right attend gives it,
+    # each row beside DECOYS rows for made-up inputs, in a shuffled order.
+    assert set(inputs["uses"]) == {"score_matrix"}
+    calls = attend.visible + sum(attend.per_case)
+    assert len(inputs["uses"]["score_matrix"]) == calls * (1 + DECOYS)
+    # No row of any table is an answer of attend itself.
+    wanted = [encode(case.want()[0]) for case in attend.cases]
+    rows = [row[1] for table in inputs["uses"].values() for row in table]
+    assert not [w for w in wanted if w in rows]
+
+
+def test_a_replay_answers_prepared_inputs_to_rounding_and_nothing_else():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    replay = Replay("f", [[encode_input([[x], {}]), encode(x * 2)]])
+    assert torch.equal(replay(x.clone()), x * 2)
+    assert torch.equal(replay(x + 1e-15), x * 2)  # another order of the same additions
+    with pytest.raises(LookupError, match="no right answer gives it"):
+        replay(x + 1e-3)
+    fallback = Replay("f", [[encode_input([[x], {}]), encode(x * 2)]], fallback=lambda t: t * 3)
+    assert torch.equal(fallback(x + 1), (x + 1) * 3)  # the learner's own earlier answer
+
+
+def test_a_visible_check_that_calls_back_sees_the_learners_calls():
+    """greedy_tokens' check counts the prefixes its decoder saw: the grader calls it again with
+    the inputs the kernel's decoder was asked for, so the check's hints stay the same."""
+    greedy = plan(ROOT / "solutions", "09_transformer", "greedy_tokens", SEED)
+    namespace = {"torch": torch}
+    exec("def greedy_tokens(decoder, bos, steps):\n"
+         "    prefix = bos\n"
+         "    for _ in range(steps):\n"
+         "        token = decoder(prefix[:, :1])[:, -1].argmax(-1, keepdim=True)\n"
+         "        prefix = torch.cat([prefix, token], 1)\n"
+         "    return prefix[:, 1:]", namespace)
+    record = json.loads(json.dumps(answer(namespace["greedy_tokens"], kernel_inputs(greedy))))
+    problems = verdict(greedy, record)
+    assert problems and "only ever saw a prefix of length 1" in problems[0], problems
 
 
 def test_numbers_are_compared_with_tolerance_and_nan_is_never_right():

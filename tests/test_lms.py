@@ -97,6 +97,7 @@ def runs(tmp_path_factory) -> dict:
     results |= {"canvas": scores(course), "canvas_out": run.stdout, "canvas_grades": csv_rows(course / "grades.csv"),
                 "canvas_csv": (course / "canvas-grades.csv").read_text(),
                 "canvas_mode": (course / "canvas-grades.csv").stat().st_mode & 0o777,
+                "grades_mode": (course / "grades.csv").stat().st_mode & 0o777,
                 "staging_links": [p for p in (course / ".grading" / "lms").rglob("*") if p.is_symlink()]}
 
     moodle = tmp / "moodle.zip"
@@ -116,6 +117,7 @@ def test_the_lms_grade_files_are_readable_by_their_owner_only(runs):
     """Every student's grade is in them, and a class's hub lets students read the checkout."""
     assert runs["canvas_mode"] == 0o600 and runs["moodle_mode"] == 0o600, (oct(runs["canvas_mode"]),
                                                                            oct(runs["moodle_mode"]))
+    assert runs["grades_mode"] == 0o600, oct(runs["grades_mode"])
 
 
 def test_a_download_scores_what_the_same_notebooks_score_from_a_folder(runs):

@@ -2,7 +2,8 @@
 
 One grading run through scripts/grade.py (what `make grade` runs) of hostile submissions to set
 01, each with honest answers besides its attack, so that its score shows it was still graded:
-reading the grader's environment through /proc, leaving a note (and a gigabyte) in the socket
+looking for the answer key by import and on every file it can read, reading the grader's
+environment through /proc, leaving a note (and a gigabyte) in the socket
 folder for the next kernel, flooding the kernel's own stderr, hiding output in display updates,
 widgets and metadata, three processes of 1.8 GB, a thread flood whose error the submission
 catches, and a test cell pasted above its answer. Then two runs with a Python environment that
@@ -101,10 +102,37 @@ for _t in _threads:
     _t.join()
 print("STARTED", len(_threads))
 """ + HONEST_SOFTMAX
+# Looks for the answer key where a kernel could find it: the course's reference modules and
+# EXERCISES by import, and any file of the course's reference code, check cases or solutions on
+# the disk it can see.
+KEYHUNTER = """import importlib, os
+_found = []
+for _name in ("course_lib.attention_scores", "course_lib.checks.attention_scores", "grading.answer_key"):
+    try:
+        _module = importlib.import_module(_name)
+    except ImportError:
+        continue
+    _found += [f"{_name}.{a}" for a in ("scaled_dot_product_attention", "softmax", "EXERCISES", "plan") if hasattr(_module, a)]
+for _folder, _dirs, _files in os.walk("/"):
+    if _folder.startswith(("/proc", "/sys", "/dev")):
+        _dirs[:] = []
+        continue
+    for _file in _files:
+        _path = os.path.join(_folder, _file)
+        if _file.endswith((".py", ".ipynb")) and ("course" in _path or "solution" in _path or _file.startswith("attention")):
+            try:
+                _text = open(_path, errors="ignore").read()
+            except OSError:
+                continue
+            if "def naive_softmax(" in _text or "def _attend_cases(" in _text or "def softmax_rows(x: Tensor)" in _text:
+                _found.append(_path)
+print("KEYS FOUND", _found)
+""" + HONEST_SOFTMAX
 ATTACKS = {  # student: its softmax_rows cell. Names sort a0 < a1 < a2 < b...: see `course`.
     "a0_noter": NOTER, "a1_honest": HONEST_SOFTMAX, "a2_looker": LOOKER, "b_environ": ENVIRON,
     "b_flooder": FLOODER, "b_updater": UPDATER, "b_multiplier": MULTIPLIER, "b_widgets": WIDGETS,
     "b_metadata": METADATA, "b_trio": TRIO, "b_catcher": CATCHER, "b_paster": HONEST_SOFTMAX,
+    "b_keyhunter": KEYHUNTER,
 }
 OUTPUT_FLOODS = ["b_updater", "b_multiplier", "b_widgets", "b_metadata"]
 
@@ -142,6 +170,12 @@ def test_honest_work_beside_the_attacks_is_graded_in_full(course):
     for student in ("a1_honest", "b_environ", "a0_noter", "a2_looker", "b_flooder"):
         assert scores(course, SET01, student) == points(course, SET01), student
         assert csv_rows(course)[(student, SET01)]["status"] == "graded", student
+
+
+def test_the_kernel_finds_no_answer_key_by_import_or_on_disk(course):
+    out = printed(course, "b_keyhunter", "softmax_rows")
+    assert "KEYS FOUND []" in out, out
+    assert scores(course, SET01, "b_keyhunter") == points(course, SET01)  # graded, and listed for review (it walks the disk)
 
 
 def test_the_kernel_cannot_read_the_graders_environment(course):

@@ -269,8 +269,9 @@ def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden
     """Fail if `fn` calls a ready-made implementation that the exercise asks the learner to write.
 
     Forbidden: an attribute lookup of a forbidden name (`torch.softmax`, `x.softmax`, `F.softmax`),
-    a global that is a forbidden object (course_lib's reference under any name), or a global of a
-    forbidden name that is not the learner's own function. The learner's own helper functions
+    a global that is a forbidden object (course_lib's reference under any name), a global of a
+    forbidden name that is not the learner's own function, or anything of course_lib (a graded
+    kernel does not have it). The learner's own helper functions
     (defined in the same notebook) are inspected the same way.
     """
     if not inspect.isfunction(fn):
@@ -292,12 +293,21 @@ def written_by_hand(fn: Callable, forbidden_names: Iterable[str] = (), forbidden
                 continue
             target = fn.__globals__.get(name, getattr(builtins, name, None))
             own = inspect.isfunction(target) and target.__globals__ is fn.__globals__
+            if _of_the_course(target):
+                raise CheckFailed(f"{fn.__name__} uses the course's own `{name}` (course_lib): when your work is "
+                                  "graded, course_lib is not there, so write it with torch")
             if any(target is obj for obj in forbidden_objects) or (name in forbidden_names and not own):
                 refuse(name)
             if own and target not in seen:
                 written_by_hand(target, forbidden_names, forbidden_objects, seen)
     if _seen is None:
         _refuse_what_ran(fn, forbidden_names, forbidden_objects)
+
+
+def _of_the_course(obj: object) -> bool:
+    """A module, function or class of course_lib: not there when grading, except the checks' plumbing."""
+    module = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+    return isinstance(module, str) and module.split(".")[0] == "course_lib"
 
 
 def _code_of(obj: object) -> set[CodeType]:

@@ -1,16 +1,18 @@
 """Hidden tests that code in the learner's kernel cannot fool: the kernel computes, the grader judges.
 
-A graded cell's hidden tests are one line, `hand_in("<exercise>", <function>)`. It draws the
-exercise's cases from a seed, calls the learner's function on each, and hands in what came back
-as plain data: tensors as their raw bytes, numbers, tuples of those, or the error raised.
+A graded cell's hidden tests are one line, `hand_in("<exercise>", <function>)`.
 
-- While grading, the grader (another process, outside the sandbox) gives each notebook a fresh
-  seed in a first cell it adds (`start_grading`). `hand_in` then only prints its record, one
-  JSON output of the cell; the grader draws the same cases, computes the reference answers
-  itself and compares (`judge`). Patching torch, IPython or this module inside the kernel can
-  change what is handed in, never how it is judged.
-- Anywhere else (the instructor's own run, nbval, the tests) it judges right away, in this
-  process, with the same `judge`, and prints "passed" or raises CheckFailed.
+- While grading, the grader (another process, outside the sandbox) keeps the answer key: the
+  cases, their seed, the reference answers and the visible checks' expectations. It writes each
+  cell's inputs into its line, `hand_in("<exercise>", <function>, "<inputs>")`, so the kernel
+  gets them only when that cell runs, and nothing that computes an answer (see
+  grading/answer_key.py). `hand_in` calls the learner's function on each input and hands in
+  what came back as plain data: tensors as their raw bytes, numbers, tuples of those, or the
+  error raised; the grader compares. Patching torch, IPython or this module inside the kernel
+  can change what is handed in, never how it is judged.
+- Anywhere else (the learner's own run, nbval, the tests) it draws the cases from a fixed seed
+  and judges right away, in this process, with the same `judge`, and prints "passed" or raises
+  CheckFailed.
 
 Each exercise set's module (course_lib/checks/<concept>.py) lists its exercises in `EXERCISES`.
 """
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import importlib
+import inspect
+import json
 import math
 import numbers
 import os
@@ -32,10 +37,10 @@ import numpy
 import torch
 from torch import Tensor
 
-from . import CheckFailed, earlier_answers, written_by_hand
+from . import CheckFailed, _TorchCalls, earlier_answers, written_by_hand
 
 MIME = "application/vnd.transformer-roots.hand-in+json"
-DEFAULT_SEED = 20261125  # the instructor's own runs; grading draws a fresh one per notebook
+DEFAULT_SEED = 20261125  # the learner's own runs; grading draws a fresh one, outside, per notebook
 
 # torch's ready-made kernels, by the name the dispatcher gives them, whatever Python name reached them.
 SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax",
@@ -99,15 +104,6 @@ class Exercise:
 
 
 # ------------------------------------------------------------------ in the kernel
-_seed: int | None = None  # set by the grader's first cell
-
-
-def start_grading(seed: int) -> None:
-    """Called by the cell the grader adds first: from now on hand_in hands in, and never judges."""
-    global _seed
-    _seed = seed
-
-
 def exercise(name: str, set_name: str | None = None) -> Exercise:
     """The Exercise called `name`: of exercise set `set_name` ("01_attention_scores"), or of
     whichever set's checks the notebook imported."""
@@ -119,20 +115,148 @@ def exercise(name: str, set_name: str | None = None) -> Exercise:
     raise KeyError(f"no exercise called {name!r} in the exercise sets imported so far")
 
 
-def hand_in(name: str, fn: Callable) -> None:
-    """Run the hidden tests of exercise `name` on the learner's `fn`: hand in, or judge here."""
-    spec = exercise(name)
-    written_by_hand(fn, spec.forbidden_names, spec.forbidden_objects)
-    seed = DEFAULT_SEED if _seed is None else _seed
-    record = collect(spec, fn, seed)
-    if _seed is not None:
+def hand_in(name: str, fn: Callable, inputs: str | None = None) -> None:
+    """Run the hidden tests of exercise `name` on the learner's `fn`: judge here, or hand in.
+
+    `inputs` is what the grader wrote into the line (grading); without it the cases are drawn
+    here from DEFAULT_SEED and judged at once (the learner's own run).
+    """
+    if inputs is not None:
+        record = answer(fn, json.loads(base64.b64decode(inputs)))
         from IPython.display import display
         display({MIME: record, "text/plain": f"hand-in of {name}: {len(record['results'])} results"}, raw=True)
         return
-    problems = judge(spec, record, seed)
+    spec = exercise(name)
+    written_by_hand(fn, spec.forbidden_names, spec.forbidden_objects)
+    record = collect(spec, fn, DEFAULT_SEED)
+    problems = judge(spec, record, DEFAULT_SEED)
     if problems:
         raise CheckFailed(f"{name}, hidden tests: " + problems[0])
     print(f"{name}: hidden tests passed ({len(record['results'])} cases)")
+
+
+def answer(fn: Callable, inputs: dict) -> dict:
+    """The learner's `fn` on each call the grader prepared (`inputs`, see grading/answer_key.py).
+
+    Functions handed to `fn` (a decoder, a sublayer) and the earlier answers it may call are
+    `Replay`s of the grader's answers for exactly the inputs a right answer gives them.
+    """
+    written_by_hand(fn, inputs["forbidden_names"])
+    replays = [Replay("the function handed in", table) for table in inputs["replays"]]
+    namespace = inspect.unwrap(fn).__globals__
+    uses = {name: Replay(name, table, fallback=namespace.get(name)) for name, table in inputs["uses"].items()}
+    results, ops, names = [], set(), set()
+    recording = _operators(ops) if inputs["forbidden_ops"] else contextlib.nullcontext()
+    # torch functions by their Python name (F.multi_head_attention_forward runs only bmm and softmax)
+    with earlier_answers(fn, **uses), recording, _TorchCalls(names):
+        for call in inputs["calls"]:
+            for replay in replays:
+                replay.asked.clear()
+            result = _call(fn, Case("", lambda: None, tuple(decode_input(call, replays))))
+            result["asked"] = [[i, asked] for i, replay in enumerate(replays) for asked in replay.asked][:MAX_ASKED]
+            results.append(result)
+    return {"exercise": inputs["exercise"], "results": results, "ops": sorted(ops),
+            "refused": sorted(names & set(inputs["forbidden_names"]))}
+
+
+MAX_ASKED = 64  # calls of a handed-in function reported back per call (a greedy decoder makes ~10)
+
+
+def encode_input(value: object, callables: list | None = None) -> dict:
+    """An input as plain JSON, written the same way in the grader and in the kernel.
+
+    Tensors, numbers, strings, None, and lists, tuples and dicts of those; a function (a decoder
+    handed to the learner's, say) becomes {"replay": i}, its index in `callables` (the grader's).
+    """
+    if isinstance(value, Tensor) or isinstance(value, (bool, numbers.Real, numpy.bool_)):
+        return encode(value)
+    if value is None or isinstance(value, str):
+        return {"none": True} if value is None else {"str": value}
+    if type(value) in (list, tuple):
+        return {type(value).__name__: [encode_input(v, callables) for v in value]}
+    if type(value) is dict:
+        return {"dict": [[encode_input(k, callables), encode_input(v, callables)] for k, v in value.items()]}
+    if callable(value) and callables is not None:
+        callables.append(value)
+        return {"replay": len(callables) - 1}
+    return {"other": type(value).__name__}
+
+
+def decode_input(data: dict, replays: list) -> object:
+    """The value encode_input wrote (the grader wrote it: trusted), with replays for functions."""
+    (kind, body), = data.items()
+    if kind in ("list", "tuple"):
+        items = [decode_input(v, replays) for v in body]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {decode_input(k, replays): decode_input(v, replays) for k, v in body}
+    if kind == "replay":
+        return replays[body]
+    if kind in ("none", "str"):
+        return None if kind == "none" else body
+    return decode(data)
+
+
+def input_key(args: tuple, kwargs: dict) -> str:
+    """A call's inputs as one short string: equal inputs, equal keys, in the grader and the kernel."""
+    text = json.dumps(encode_input([list(args), kwargs]), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Replay:
+    """A function the grader ran: its answers for the inputs a right answer gives it, and no code.
+
+    An input equal to a prepared one, or as close as float rounding (an answer that adds in another
+    order), gets that answer. Any other input gets `fallback` (the learner's own earlier answer) or
+    a LookupError that says so.
+    """
+
+    def __init__(self, name: str, table: list, fallback: Callable | None = None) -> None:
+        self.name, self.fallback, self.asked = name, fallback, []
+        self.table = [(input_key(*decode_input(inputs, [])), decode_input(inputs, []), output)
+                      for inputs, output in table]
+
+    def __call__(self, *args, **kwargs):
+        if len(self.asked) < MAX_ASKED:
+            self.asked.append(encode_input([list(args), kwargs]) if _small(args) else {"other": "large"})
+        key = input_key(args, kwargs)
+        exact = [output for prepared_key, _, output in self.table if prepared_key == key]
+        near = exact or [output for _, prepared, output in self.table if same_inputs(prepared, [list(args), kwargs])]
+        if near:
+            return decode(near[0])
+        if self.fallback is not None:
+            return self.fallback(*args, **kwargs)
+        raise LookupError(f"{self.name} was called with inputs that no right answer gives it, so the grader has no "
+                          "answer for them")
+
+
+def _small(value: object) -> bool:
+    return sum(t.numel() for t in _tensors_in(value)) <= 100_000
+
+
+def same_inputs(a: object, b: object) -> bool:
+    """Equal inputs: tensors of one shape and dtype, equal to float rounding (another order of the
+    same additions); functions of one kind; anything else equal.
+
+    In the kernel, the learner's code may have patched torch.allclose or torch.equal (it only
+    hurts itself), so tensors are compared by their bytes, or by plain arithmetic."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (type(a) is Tensor and type(b) is Tensor and a.shape == b.shape and a.dtype == b.dtype):
+            return False
+        if encode(a) == encode(b):
+            return True
+        if not a.is_floating_point() or a.numel() == 0:
+            return False
+        rounding = 64 * torch.finfo(a.dtype).eps
+        x, y = a.detach().double().nan_to_num(0.5), b.detach().double().nan_to_num(0.5)
+        return bool(((x - y).abs() <= rounding * (1 + y.abs())).all()) and bool((a.isnan() == b.isnan()).all())
+    if type(a) in (list, tuple) and type(b) in (list, tuple):
+        return len(a) == len(b) and all(same_inputs(x, y) for x, y in zip(a, b))
+    if type(a) is dict and type(b) is dict:
+        return list(a) == list(b) and all(same_inputs(a[k], b[k]) for k in a)
+    if callable(a) and callable(b):
+        return type(a).__name__ == type(b).__name__
+    return type(a) is type(b) and a == b
 
 
 def collect(spec: Exercise, fn: Callable, seed: int) -> dict:
@@ -291,17 +415,9 @@ def judge(spec: Exercise, record: object, seed: int) -> list[str]:
     Runs in the grader's own process: the cases and reference answers are drawn here again from
     the seed, and the record is read as data only.
     """
-    if not isinstance(record, dict) or record.get("exercise") != spec.name:
-        return [f"no results were handed in for {spec.name}"]
-    ops = record.get("ops")
-    if not isinstance(ops, list):
-        return ["the record of operators that ran is missing"]
-    if spec.forbidden_ops and not ops:  # every answer runs some operator: the recording was switched off
-        return [f"no operators were recorded while {spec.name} ran, so ready-made code cannot be ruled out"]
-    refused = sorted(spec.forbidden_ops.intersection(map(str, ops)), key=lambda op: (op.startswith("aten::_"), op))
+    refused = refusals(spec, record)
     if refused:
-        return [f"{spec.name} runs torch's ready-made `{refused[0].removeprefix('aten::')}` (under whatever name "
-                "it was called): this exercise asks you to write it yourself, so it earns no credit"]
+        return refused
     cases, results = spec.cases(torch.Generator().manual_seed(seed)), record.get("results")
     if not isinstance(results, list) or len(results) != len(cases):
         return [f"expected results for {len(cases)} cases"]
@@ -311,6 +427,24 @@ def judge(spec: Exercise, record: object, seed: int) -> list[str]:
         if problem:
             problems.append(f"{case.label}: {problem}")
     return problems
+
+
+def refusals(spec: Exercise, record: object) -> list[str]:
+    """Why a record earns nothing whatever its results: not a record of this exercise, or
+    ready-made code ran (by the operators, or the torch functions by name, that it lists)."""
+    if not isinstance(record, dict) or record.get("exercise") != spec.name:
+        return [f"no results were handed in for {spec.name}"]
+    ops = record.get("ops")
+    if not isinstance(ops, list):
+        return ["the record of operators that ran is missing"]
+    if spec.forbidden_ops and not ops:  # every answer runs some operator: the recording was switched off
+        return [f"no operators were recorded while {spec.name} ran, so ready-made code cannot be ruled out"]
+    refused = sorted(spec.forbidden_ops.intersection(map(str, ops)), key=lambda op: (op.startswith("aten::_"), op))
+    refused += [str(name)[:60] for name in record.get("refused") or [] if isinstance(record.get("refused"), list)]
+    if refused:
+        return [f"{spec.name} runs torch's ready-made `{refused[0].removeprefix('aten::')}` (under whatever name "
+                "it was called): this exercise asks you to write it yourself, so it earns no credit"]
+    return []
 
 
 def _judge_one(case: Case, result: object, spec: Exercise) -> str:
