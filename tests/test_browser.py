@@ -36,10 +36,11 @@ ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"  # the plugin tha
 
 
 def served_course(folder: Path) -> Path:
-    """A copy of the lessons and exercise sets in `folder`: JupyterLab writes checkpoints (and
-    may autosave) beside what it opens."""
+    """A copy of the lessons, exercise sets and README in `folder`: JupyterLab writes checkpoints
+    (and may autosave) beside what it opens."""
     for name in ("notebooks", "exercises"):
         shutil.copytree(ROOT / name, folder / name)
+    shutil.copy(ROOT / "README.md", folder)
     return folder
 
 
@@ -274,3 +275,22 @@ def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(lear
     assert output.locator(".ansi-green-fg").inner_text() == "✔ softmax_rows: passed"
     screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
                      ARTIFACTS / "exercise01-right.png")
+
+
+def test_the_last_lessons_closing_links_open_the_exercises_lesson_01_and_the_readme(learner_lab, page):
+    """The links a lesson ends with (tests/test_lessons.py checks every lesson's) open in JupyterLab,
+    each in a tab of its own; here the last lesson's, which lead back to the start."""
+    open_lesson(page, learner_lab.format(path="notebooks/10_attention_graph.ipynb"))
+    closing = notebook_cells(page).last
+    closing.scroll_into_view_if_needed()
+    current = page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")
+    visible = page.locator(".jp-NotebookPanel:visible")
+    for name, opened in (("exercise set 10", visible.get_by_role("heading", name="Exercise set 10")),
+                         ("lesson 01", visible.get_by_role("heading", name="01 · Attention scores")),
+                         ("README", current.filter(has_text="README.md"))):
+        # back to the lesson's tab, told by its path (the exercise set's tab may share its name)
+        page.locator(".lm-TabBar-tab[title*='Path: notebooks/10_attention_graph.ipynb']").click()
+        link = closing.get_by_role("link", name=name)
+        assert link.count() == 1, f"lesson 10's closing cell has no link {name!r}"
+        link.click()
+        opened.first.wait_for()
