@@ -19,7 +19,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test grade bench stability notebooks exercises system release clean hub hub-proxy
+.PHONY: setup lab instructor-lab test grade bench stability notebooks exercises system release clean hub hub-proxy
 
 # A venv that failed half-way is removed: left with no pip, the next run would only say "No module
 # named pip". torch comes alone from TORCH_INDEX (--no-deps: everything else from PyPI), with 2
@@ -54,8 +54,21 @@ $(GRADING_CONFIG): $(STAMP)
 
 setup: $(STAMP) $(SERVER_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
 
+# A learner's JupyterLab: learner-lab/ is a Jupyter configuration folder read before the venv's. It
+# keeps nbgrader's assignment list and Validate, and turns off what only an instructor uses (the
+# formgrader, Create Assignment, the course list, with their server parts) and JupyterLab's
+# "get notified about Jupyter news?" pop-up. scripts/lab_driver.py starts the tests' JupyterLab so too.
+LAB := $(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
+LEARNER_CONFIG := JUPYTER_CONFIG_PATH=$(abspath learner-lab)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
+	$(LEARNER_CONFIG) $(LAB)
+
+# The instructor's JupyterLab, on the same venv: nbgrader's formgrader (Nbgrader menu) and Create
+# Assignment panel, for the course's nbgrader_config.py (not in the student copy).
+instructor-lab: setup
+	@test -f nbgrader_config.py || { echo "make instructor-lab is the instructor's: the student copy has no \
+	nbgrader_config.py (make lab opens the lessons)" >&2; exit 2; }
+	$(LAB)
 
 # Chromium (browser test) and bubblewrap (the grading sandbox), from Debian when root.
 system:

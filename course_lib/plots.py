@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from torch import Tensor
 
-from .guards import require_count, require_index
+from .guards import require_count, require_index, require_number
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -212,6 +212,45 @@ def _overlaps(box: tuple[float, ...], others: list[tuple[float, ...]]) -> bool:
                for o in others)
 
 
+def _grid_top(title: str) -> int:
+    """y of a heatmap's first row: room for the column axis name and labels, and the title."""
+    return 40 + (18 if title else 0)
+
+
+def svg_colour_bar(limit: float, title: str, length: int, signed: bool = False) -> str:
+    """The colour scale of `svg_heatmap(..., limit=limit)` as a vertical bar with ticks.
+
+    White at 0, full orange at +limit (and, when `signed`, full blue at -limit); beyond the
+    limit the heatmap keeps the full colour. `length`: the bar's height in px; a heatmap of R
+    rows of `cell` px beside it lines up with length = R * cell (the bar starts where a titled
+    heatmap's first row does). Heatmaps drawn with one limit share one bar.
+    """
+    limit = require_number("limit", limit, positive=True)
+    _require_text(title=title)
+    require_count("length", length)
+    low = -limit if signed else 0.0
+    top, bar_w, stripes = _grid_top(title), 16, 48
+    ticks = nice_ticks(low, limit, count=4)
+    tick_w = CHAR_PX * max(len(_tick_text(t)) for t in ticks)
+    width = max(4 + bar_w + 6 + tick_w + 4, 8 + CHAR_PX * len(title))
+    parts = [_svg_open(width, top + length + 10),
+             f'<text x="4" y="14" font-weight="bold">{escape(title)}</text>']
+    # Stripes coloured as the heatmap colours their middle value: the bar is the same
+    # function, not a gradient that might interpolate otherwise. High values at the top.
+    step = length / stripes
+    for k in range(stripes):
+        value = limit - (k + 0.5) * (limit - low) / stripes
+        parts.append(f'<rect x="4" y="{top + k * step:.2f}" width="{bar_w}" height="{step + 0.5:.2f}" '
+                     f'fill="{_colour(value, limit)}"/>')
+    parts.append(f'<rect x="4" y="{top}" width="{bar_w}" height="{length}" fill="none" stroke="#888"/>')
+    for tick in ticks:
+        y = top + (limit - tick) / (limit - low) * length
+        parts.append(f'<line x1="{4 + bar_w}" y1="{y:.2f}" x2="{8 + bar_w}" y2="{y:.2f}" stroke="#444"/>'
+                     f'<text x="{10 + bar_w}" y="{y + 4:.2f}">{_tick_text(tick)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
                 col_labels: Sequence[str], title: str = "", cell: int = 34,
                 fmt: str = "{:.2f}", highlight_row: int | None = None,
@@ -232,7 +271,7 @@ def svg_heatmap(matrix: Tensor | np.ndarray, row_labels: Sequence[str],
     allowed = _allowed_mask(values, allowed)
     n_rows, n_cols = values.shape
     label_w = CHAR_PX * max((len(str(label)) for label in row_labels), default=1)
-    left, top = int(30 + label_w), 40 + (18 if title else 0)
+    left, top = int(30 + label_w), _grid_top(title)
     width = max(left + n_cols * cell + 10, 12 + CHAR_PX * len(title))
     height = top + n_rows * cell + 10
     shown = np.abs(values[allowed & np.isfinite(values)])

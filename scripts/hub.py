@@ -84,10 +84,12 @@ PRIVATE = ["solutions", "tests", ".grading", "submitted", "autograded", "feedbac
 # Where any user may leave files outside their home: teardown removes the class's users' files
 # there (a uid the next class's user may be given must not find them).
 SHARED_WRITABLE = [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/run/lock")]
-# JupyterLab panels and server parts that only an instructor uses (nbgrader's own table:
-# students get the assignment list and Validate, not the formgrader or course list).
-INSTRUCTOR_ONLY_LAB = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                       "@jupyter/nbgrader:course-list"]
+# A student's JupyterLab is the learner's of `make lab` (learner-lab/, read here): the assignment list
+# and Validate, without the JupyterLab plugins and server parts only an instructor uses (the
+# formgrader, Create Assignment, the course list) nor the news pop-up.
+LEARNER_LAB = ROOT / "learner-lab"
+LEARNER_LAB_OFF = [name for name, off in json.loads(
+    (LEARNER_LAB / "labconfig" / "page_config.json").read_text())["disabledExtensions"].items() if off]
 SERVER_EXTENSIONS = ["jupyterlab", "jupyter_server_terminals", "notebook_shim",
                      "nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
                      "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list",
@@ -96,8 +98,8 @@ SERVER_EXTENSIONS = ["jupyterlab", "jupyter_server_terminals", "notebook_shim",
 EXCHANGE_CLASSES = {"fetch_assignment": "FetchAssignment", "fetch_feedback": "FetchFeedback", "list": "List",
                     "submit": "Submit", "release_assignment": "ReleaseAssignment",
                     "release_feedback": "ReleaseFeedback", "collect": "Collect"}
-INSTRUCTOR_ONLY_SERVER = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list",
-                          "grading.sanitize"]
+LEARNER_SERVER_OFF = [name for name, on in json.loads(
+    (LEARNER_LAB / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"].items() if not on]
 
 
 @dataclass
@@ -234,13 +236,14 @@ def create_user(member: Member, homes: Path) -> str:
 def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
     """JupyterLab as each user first sees it: the server extensions it runs, named here rather
     than left to what each package's install wrote into its environment (a venv layered on
-    another has none of its own); students without the parts an instructor uses (the formgrader
-    is the grader's); no "news?" pop-up."""
+    another has none of its own); students with the learner's JupyterLab of `make lab`
+    (learner-lab/: without the parts an instructor uses, the formgrader is the grader's); no
+    "news?" pop-up."""
     # A terminal's login shell resets PATH (/etc/profile): the course's Python is put back first.
     with open(home / ".profile", "a") as profile:
         profile.write(f"\n# Transformer Roots: the course's Python first, as in its notebooks\n"
                       f"PATH=\"{Path(sys.executable).parent}:$PATH\"\n")
-    extensions = {name: not (student and name in INSTRUCTOR_ONLY_SERVER) for name in SERVER_EXTENSIONS}
+    extensions = {name: not (student and name in LEARNER_SERVER_OFF) for name in SERVER_EXTENSIONS}
     server = {"jpserver_extensions": extensions}
     if not student:
         # Nbgrader > Formgrader shows the formgrader framed in JupyterLab, which JupyterHub's default
@@ -257,7 +260,7 @@ def seed_lab_settings(member: Member, home: Path, student: bool) -> None:
                 json.dumps({"local_config": False}), member.id)
     if student:
         write_owned(home / ".jupyter" / "labconfig" / "page_config.json",
-                    json.dumps({"disabledExtensions": {name: True for name in INSTRUCTOR_ONLY_LAB}}), member.id)
+                    json.dumps({"disabledExtensions": {name: True for name in LEARNER_LAB_OFF}}), member.id)
         shutil.copytree(ROOT / "notebooks", home / "lessons")
         chown_tree(home / "lessons", member.id)
     chown_tree(home / ".jupyter", member.id)

@@ -1,7 +1,8 @@
 """Drive JupyterLab in headless Chromium: used by the browser test and by the benchmark.
 
 `jupyterlab(root)` starts a server on a free local port with a random token and always
-stops it; `open_lesson(page, url)` opens a notebook and waits for its kernel;
+stops it: a learner's JupyterLab, configured as `make lab` configures it (learner-lab/), or the
+instructor's; `open_lesson(page, url)` opens a notebook and waits for its kernel;
 `run_lesson(page, ...)` opens a notebook, runs every cell, then presses ArrowRight on the
 first slider of a live widget (turning back at its ends) and times each press until the
 widget's view changes.
@@ -28,6 +29,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 IDLE = "Python 3 (ipykernel) | Idle"
+# The learner's JupyterLab configuration, which `make lab` puts first on JUPYTER_CONFIG_PATH.
+LEARNER_CONFIG = Path(__file__).resolve().parent.parent / "learner-lab"
 
 
 def free_port() -> int:
@@ -37,22 +40,30 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab(root: Path, log_path: Path, cwd: Path | None = None) -> Iterator[str]:
+def jupyterlab(root: Path, log_path: Path, cwd: Path | None = None,
+               instructor: bool = False) -> Iterator[str]:
     """Start `jupyter lab` on `root`, yield its base URL (with token), then stop it.
 
-    `cwd`: the folder the server runs in (nbgrader's formgrader reads nbgrader_config.py there)."""
+    The learner's JupyterLab of `make lab`, from a fresh settings folder: learner-lab/ first on
+    the Jupyter configuration path. `instructor=True`: the instructor's (`make instructor-lab`:
+    the formgrader and Create Assignment). `cwd`: the folder the server runs in (nbgrader's
+    formgrader reads nbgrader_config.py there)."""
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as home:
-        # A fresh settings folder would show a "news?" pop-up over the notebook: answer it
-        # up front.
-        news = Path(home, "settings", "@jupyterlab", "apputils-extension",
-                    "notification.jupyterlab-settings")
-        news.parent.mkdir(parents=True)
-        news.write_text(json.dumps({"fetchNews": "false"}))
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(Path(home, "settings")),
                    JUPYTERLAB_WORKSPACES_DIR=str(Path(home, "workspaces")),
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}"
                         f"{os.environ.get('PATH', '')}")
+        if instructor:
+            # The instructor's JupyterLab keeps the "news?" pop-up, which would cover the page:
+            # answer it up front.
+            news = Path(home, "settings", "@jupyterlab", "apputils-extension",
+                        "notification.jupyterlab-settings")
+            news.parent.mkdir(parents=True)
+            news.write_text(json.dumps({"fetchNews": "false"}))
+        else:
+            env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+                filter(None, [str(LEARNER_CONFIG), os.environ.get("JUPYTER_CONFIG_PATH")]))
         command = [sys.executable, "-m", "jupyter", "lab", "--no-browser",
                    "--ip=127.0.0.1", f"--port={port}", f"--ServerApp.token={token}",
                    "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"]

@@ -514,6 +514,7 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
      lambda: dict(matrix=weights(2, 3), row_labels=["a", "b"], col_labels=["x", "y", "z"], title="t")),
     ("plots", "svg_heatmap", lambda: plots.svg_heatmap,
      lambda: dict(matrix=weights(2, 3), row_labels=["a", "b"], col_labels=["x", "y", "z"], title="t", cell=20)),
+    ("plots", "svg_colour_bar", lambda: plots.svg_colour_bar, lambda: dict(limit=1.0, title="t", length=40)),
     ("plots", "svg_bars", lambda: plots.svg_bars, lambda: dict(values=[0.5, -0.2], labels=["a", "b"], title="t")),
     ("plots", "nice_ticks", lambda: plots.nice_ticks, lambda: dict(low=0.0, high=1.0, count=5)),
     ("plots", "svg_curve", lambda: plots.svg_curve,

@@ -740,6 +740,31 @@ def test_test_mode_refuses_to_listen_beyond_this_machine(hub_class):
     assert local.returncode == 0, local.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="seeding a user's settings gives them to the user: root only")
+def test_a_students_lab_is_make_labs_learner_lab_and_an_instructors_keeps_the_formgrader(tmp_path):
+    """A student's server runs with learner-lab/'s settings, which tests/test_browser.py shows in
+    JupyterLab (no formgrader, Create Assignment or news pop-up; the assignment list and Validate);
+    an instructor's keeps every part."""
+    learner = ROOT / "learner-lab"
+    lab_off = json.loads((learner / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    server_off = {name for name, on in json.loads((learner / "jupyter_server_config.json").read_text())
+                  ["ServerApp"]["jpserver_extensions"].items() if not on}
+    for role, student in (("student", True), ("instructor", False)):
+        home = tmp_path / role
+        home.mkdir()
+        hub.seed_lab_settings(hub.Member("nobody", "Nobody"), home, student=student)
+        server = json.loads((home / ".jupyter" / "jupyter_server_config.json").read_text())["ServerApp"]
+        turned_off = {name for name, on in server["jpserver_extensions"].items() if not on}
+        page_config = home / ".jupyter" / "labconfig" / "page_config.json"
+        if student:
+            assert json.loads(page_config.read_text())["disabledExtensions"] == lab_off
+            assert turned_off == server_off and "nbgrader.server_extensions.formgrader" in turned_off
+            assert server["jpserver_extensions"]["nbgrader.server_extensions.validate_assignment"]
+            assert server["jpserver_extensions"]["nbgrader.server_extensions.assignment_list"]
+        else:
+            assert not page_config.exists() and not turned_off
+
+
 def test_a_bad_roster_row_is_named(tmp_path):
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,name\nada,Ada Lovelace\nBob Smith,Bob Smith\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -432,10 +433,68 @@ def test_widget_redraws_fast_and_keeps_the_layer_in_range():
     controls["sentence"].value = controls["sentence"].options[1]
     controls["model"].value = "hand-set"
     assert controls["layer"].max == 2
-    controls["model"].value = "heads"  # one heatmap per head
-    assert view.view.value.count("<svg") == 4 and "head 4" in view.view.value
-    assert view.first_view.count("<svg") == 1 and not view.errors.outputs
+    controls["model"].value = "heads"  # one heatmap per head, and the colour bar
+    assert view.view.value.count("<svg") == 5 and "head 4" in view.view.value
+    assert view.first_view.count("<svg") == 2 and not view.errors.outputs
     assert "aunt" in view.first_view
     assert max(view.timings_ms) < 50
+
+
+def test_widget_shows_a_layer_slider_only_where_it_moves_the_view():
+    from course_lib.widgets.logic_rules import sentence_widget
+
+    one_layer = {"fixed": train_rule_model(d_ff=0, content=False, steps=5),
+                 "friend/enemy": friend_enemy_model()}
+    sentences = [["Tom", "enemy", "enemy", "Kate"]]
+    # Models of one layer only: a slider from 1 to 1 would move nothing, so none is shown.
+    view = sentence_widget(one_layer, sentences)
+    assert view.controls["layer"].layout.display == "none"
+    # The hand-set model has two layers: the slider shows, and each position draws another
+    # layer's attention; choosing a one-layer model hides it again.
+    view = sentence_widget({"hand-set": handset_model(), **one_layer}, sentences)
+    layer = view.controls["layer"]
+    assert layer.layout.display is None and (layer.min, layer.max) == (1, 2)
+    first = view.view.value
+    layer.value = 2
+    assert "layer 2 attention" in view.view.value and "layer 1" not in view.view.value
+    assert _heatmap_cells(view.view.value) != _heatmap_cells(first)
+    view.controls["model"].value = "fixed"
+    assert layer.layout.display == "none" and layer.value == 1
+    view.controls["model"].value = "hand-set"
+    assert layer.layout.display is None and not view.errors.outputs
+
+
+def _heatmap_cells(html: str) -> list[str]:
+    """The fill of every 46 px heatmap cell in a widget view, in order."""
+    return re.findall(r'width="46" height="46" fill="([^"]+)"', html)
+
+
+def test_widget_colour_bar_is_the_heatmaps_scale():
+    """The bar beside the heatmaps runs from white (0) at its foot to the colour of a weight of
+    1 at its head, in the heatmaps' own colours, ticked 0 to 1."""
+    from course_lib.plots import svg_heatmap
+    from course_lib.widgets.logic_rules import sentence_widget
+
+    view = sentence_widget({"hand-set": handset_model()}, [["John", "father", "sister", "Mary"]])
+    bar = re.findall(r"<svg\b.*?</svg>", view.view.value, re.S)[-1]
+    assert ">weight</text>" in bar
+    ticks = re.findall(r"<text[^>]*>([-0-9.]+)</text>", bar)
+    assert ticks[0] == "0" and ticks[-1] == "1" and len(ticks) >= 3, ticks
+    stripes = re.findall(r'<rect x="4" y="[^"]+" width="16" height="[^"]+" fill="(rgb[^"]+)"', bar)
+    # A heatmap with one cell of weight 1 and one of 0, drawn on the widget's scale.
+    corners = _fills(svg_heatmap(torch.tensor([[1.0, 0.0]]), ["q"], ["a", "b"], limit=1.0))
+    assert _rgb(stripes[0]) == pytest.approx(_rgb(corners[0]), abs=3)  # the head: weight 1
+    assert _rgb(stripes[-1]) == pytest.approx(_rgb(corners[1]), abs=3)  # the foot: weight 0
+    # It darkens all the way up, like the cells' colour with the weight.
+    shades = [sum(_rgb(fill)) for fill in stripes]
+    assert shades == sorted(shades)
+
+
+def _fills(svg: str) -> list[str]:
+    return re.findall(r'<rect x="[^"]+" y="[^"]+" width="\d+" height="\d+" fill="(rgb[^"]+)"', svg)
+
+
+def _rgb(fill: str) -> tuple[int, ...]:
+    return tuple(int(c) for c in re.findall(r"\d+", fill))
 
 

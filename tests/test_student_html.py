@@ -274,7 +274,7 @@ def instructor_server(graded, tmp_path_factory):
     os.environ.update({name: str(folder) for name, folder in folders.items()})
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
-        with jupyterlab(course, ARTIFACTS / "jupyterlab.log", cwd=course) as url:
+        with jupyterlab(course, ARTIFACTS / "jupyterlab.log", cwd=course, instructor=True) as url:
             yield url, folders["JUPYTER_DATA_DIR"]
     finally:
         for name, value in before.items():

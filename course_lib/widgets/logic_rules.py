@@ -9,17 +9,19 @@ import torch
 
 from ..logic_rules import RELATIONS, TOKEN, VOCAB, encode, rule_targets, strictly_right
 from ..model import DecoderOnly
-from ..plots import svg_heatmap
+from ..plots import svg_colour_bar, svg_heatmap
 from . import LiveView, row
 
 
 def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence[str]]) -> LiveView:
-    """Controls: a sentence X r1 r2 Y, a model (name -> DecoderOnly) and one of its layers.
+    """Controls: a sentence X r1 r2 Y, a model (name -> DecoderOnly) and, for a model of
+    several layers, one of its layers (the layer slider shows only then: for a one-layer model
+    it would have nothing to move).
 
     Shows that layer's attention (query rows, key columns; one heatmap per head when the layer
-    has several), the model's output at each slot against the rule table's, and the three
-    most likely relations at r1's slot. Everything is computed once here; a redraw only
-    formats it.
+    has several) on one 0-1 colour scale with its colour bar, the model's output at each slot
+    against the rule table's, and the three most likely relations at r1's slot. Everything is
+    computed once here; a redraw only formats it.
     """
     import ipywidgets as widgets
 
@@ -67,25 +69,34 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
         keys = [f"{i}:{w}" for i, w in enumerate(words)]
         shown = weights[layer - 1][n]  # (4, 4), or (H, 4, 4) for a layer of H heads
         if shown.dim() == 2:
-            return readout + row(_heatmap(shown, keys, f"{model}: layer {layer} attention", 46))
+            return readout + row(_heatmap(shown, keys, f"{model}: layer {layer} attention", 46),
+                                 COLOUR_BAR[46])
         return readout + row(*(_heatmap(head, keys, f"{model}: layer {layer}, head {h + 1}", 34)
-                               for h, head in enumerate(shown)))
+                               for h, head in enumerate(shown)), COLOUR_BAR[34])
 
     names = list(models)
     depth = {name: len(seen[name][0]) for name in names}
     model_choice = widgets.Dropdown(options=names, value=names[0], description="model")
     layer = widgets.IntSlider(value=1, min=1, max=depth[names[0]], description="layer")
 
-    def keep_layer_in_range(change: dict) -> None:  # registered before LiveView's redraw
-        layer.max = max(depth[change["new"]], 1)
+    def fit_layer_to_model(name: str) -> None:
+        layer.max = depth[name]
+        layer.layout.display = None if depth[name] > 1 else "none"
 
-    model_choice.observe(keep_layer_in_range, names="value")
+    fit_layer_to_model(names[0])
+    # registered before LiveView's redraw, so that the redraw sees the layer in range
+    model_choice.observe(lambda change: fit_layer_to_model(change["new"]), names="value")
     return LiveView({
         "sentence": widgets.Dropdown(options=labels, value=labels[0], description="sentence",
                                      layout=widgets.Layout(width="330px")),
         "model": model_choice,
         "layer": layer,
     }, render)
+
+
+# The heatmaps' one 0-1 scale as a bar beside them, as tall as their 4 rows (cell 46 for a
+# layer of one head, 34 per head for several).
+COLOUR_BAR = {cell: svg_colour_bar(1.0, "weight", length=4 * cell) for cell in (46, 34)}
 
 
 def _heatmap(weights: torch.Tensor, keys: list[str], title: str, cell: int) -> str:
