@@ -66,18 +66,13 @@ class _Recorder:
         """The table, with DECOYS answers for made-up inputs of the same shapes beside each row, shuffled."""
         rows = list(self.table)
         for inputs, _ in self.table:
-            args, kwargs = _decoded(inputs)
+            args, kwargs = decode_input(inputs, [])
             for _ in range(DECOYS):
                 fake = _made_up(args, gen)
                 with contextlib.suppress(Exception):  # a made-up input the function refuses: no decoy
                     rows.append([encode_input([list(fake), kwargs]), encode(self.fn(*fake, **kwargs))])
         order = torch.randperm(len(rows), generator=gen).tolist()
         return [rows[i] for i in order]
-
-
-def _decoded(inputs: dict) -> tuple[list, dict]:
-    args, kwargs = decode_input(inputs, [])
-    return args, kwargs
 
 
 def _made_up(value: object, gen: torch.Generator) -> object:

@@ -274,13 +274,15 @@ def answer_key_text(nb, hidden_lines: frozenset[str]) -> list[str]:
 def why_it_failed(output: str, limits: list[str] = ()) -> str:
     """One sentence for the instructor and the learner from nbgrader's log of a failed run and the
     limits (cgroup) the submission reached."""
+    # A limit reached explains the failure, whatever it looked like to nbgrader: a kernel that cannot
+    # start a thread may die, or garble a message (pyzmq starts a thread to send a large one).
+    if "memory" in limits:
+        return ("limit hit (memory): the notebook's kernel failed when the notebook's processes together "
+                "used more memory than they may; use less and submit again")
+    if "processes" in limits:
+        return ("limit hit (processes): the notebook's kernel failed after the notebook started more "
+                "processes and threads than it may; start fewer and submit again")
     if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output.lower():
-        if "memory" in limits:
-            return ("limit hit (memory): the notebook's kernel was stopped when the notebook's processes together "
-                    "used more memory than they may; use less and submit again")
-        if "processes" in limits:
-            return ("limit hit (processes): the notebook's kernel stopped after the notebook started more "
-                    "processes and threads than it may; start fewer and submit again")
         return ("the notebook's kernel stopped while it ran (exit(), quit(), os._exit, or a limit on memory or "
                 "processes): remove that call and submit again")
     if "Timeout" in output:

@@ -213,8 +213,8 @@ class Replay:
 
     def __init__(self, name: str, table: list, fallback: Callable | None = None) -> None:
         self.name, self.fallback, self.asked = name, fallback, []
-        self.table = [(input_key(*decode_input(inputs, [])), decode_input(inputs, []), output)
-                      for inputs, output in table]
+        prepared = [(decode_input(inputs, []), output) for inputs, output in table]
+        self.table = [(input_key(*values), values, output) for values, output in prepared]
 
     def __call__(self, *args, **kwargs):
         if len(self.asked) < MAX_ASKED:
