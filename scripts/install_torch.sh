@@ -16,7 +16,8 @@ log="$(dirname "$(dirname "$python")")/pip-torch.log"  # in the venv, beside bin
 version=$("$python" -c 'import platform; print(platform.python_version())')
 system=$("$python" -c 'import platform; print(platform.system(), platform.machine())')
 source=${index:-PyPI}
-if grep -q -e 'NewConnectionError' -e 'Failed to establish a new connection' -e 'ConnectTimeoutError' \
+# pip's words for a connection that failed, from its warning before each retry to its last error.
+if grep -q -e 'connection broken by' -e 'NewConnectionError' -e 'NameResolutionError' -e 'Failed to resolve' \
     -e 'Max retries exceeded' -e 'Could not fetch URL' -e 'ProxyError' "$log"; then
   why="$source could not be reached"
   if [ -n "$index" ]; then
