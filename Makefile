@@ -50,7 +50,14 @@ $(GRADING_CONFIG): $(STAMP)
 	@mkdir -p $(dir $@)
 	@echo '{"ServerApp": {"jpserver_extensions": {"grading.sanitize": true}}}' > $@
 
-setup: $(STAMP) $(SERVER_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
+# Validate (the button in an exercise set, and `nbgrader validate`) ends with a one-line summary:
+# exercises that pass and their points (course_lib/validation.py). The course's and the student copy's.
+VALIDATE_CONFIG := $(VENV)/etc/jupyter/nbgrader_config.py
+$(VALIDATE_CONFIG): scripts/nbgrader_validate_config.py $(STAMP)
+	@mkdir -p $(dir $@)
+	@cp scripts/nbgrader_validate_config.py $@
+
+setup: $(STAMP) $(SERVER_CONFIG) $(VALIDATE_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
 
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
