@@ -42,10 +42,11 @@ NEEDS = f"this course needs Python 3.{LOW} to 3.{HIGH}"
 
 @pytest.fixture
 def course(tmp_path: Path) -> Path:
-    """What `make setup` reads: the Makefile, pyproject.toml and the script that finds Python."""
+    """What `make setup` reads: the Makefile, pyproject.toml and the scripts it runs or copies."""
     course = tmp_path / "course"
     (course / "scripts").mkdir(parents=True)
-    for name in ("Makefile", "pyproject.toml", "scripts/find_python.sh", "scripts/install_torch.sh"):
+    for name in ("Makefile", "pyproject.toml", "scripts/find_python.sh", "scripts/install_torch.sh",
+                 "scripts/nbgrader_validate_config.py"):
         shutil.copy(ROOT / name, course / name)
     return course
 
