@@ -32,7 +32,8 @@ def summary_line(nb: NotebookNode, log: typing.Any = None) -> str:
     grades = [(score, most) for score, most in grades if score is not None]  # a markdown answer has none yet
     passed = sum(score == most for score, most in grades)
     points, total = sum(score for score, _ in grades), sum(most for _, most in grades)
-    return f"Summary: {passed} of {len(grades)} exercises pass their checks ({points:g} of {total:g} points before hidden tests)."
+    return (f"Summary: {passed} of {len(grades)} exercises pass their checks "
+            f"({points:g} of {total:g} points before hidden tests).")
 
 
 class SummaryValidator(Validator):
@@ -45,7 +46,7 @@ class SummaryValidator(Validator):
     """
 
     _summary: str | None = None  # of the notebook being validated, once it ran
-    _results: dict[str, typing.Any] = {}  # what the last validate() returned
+    _results: dict[str, typing.Any] | None = None  # what the last validate() returned
 
     def _preprocess(self, nb: NotebookNode) -> NotebookNode:
         nb = super()._preprocess(nb)
@@ -64,7 +65,7 @@ class SummaryValidator(Validator):
 
     def validate_and_print(self, filename: str) -> None:
         super().validate_and_print(filename)  # which runs validate() once
-        if "summary" in self._results:
+        if self._results and "summary" in self._results:
             self.stream.write(self._results["summary"] + "\n")
 
 

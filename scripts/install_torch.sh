@@ -16,19 +16,20 @@ log="$(dirname "$(dirname "$python")")/pip-torch.log"  # in the venv, beside bin
 version=$("$python" -c 'import platform; print(platform.python_version())')
 system=$("$python" -c 'import platform; print(platform.system(), platform.machine())')
 source=${index:-PyPI}
+pypi="run make again with TORCH_INDEX= to take PyPI's build instead (on Linux the CUDA one, several GB)"
 # pip's words for a connection that failed, from its warning before each retry to its last error.
 if grep -q -e 'connection broken by' -e 'NewConnectionError' -e 'NameResolutionError' -e 'Failed to resolve' \
     -e 'Max retries exceeded' -e 'Could not fetch URL' -e 'ProxyError' "$log"; then
   why="$source could not be reached"
   if [ -n "$index" ]; then
-    fix="run make again with TORCH_INDEX= to take PyPI's build instead (on Linux the CUDA one, several GB), or check the connection"
+    fix="$pypi, or check the connection"
   else
     fix="check the connection (or pip's proxy settings), then run make again"
   fi
 elif grep -q -e 'conflicting dependencies' -e 'No matching distribution found' "$log"; then
   why="$source has no build of it for Python $version on $system"
   if [ -n "$index" ]; then
-    fix="run make again with TORCH_INDEX= to take PyPI's build instead (on Linux the CUDA one, several GB), or choose another Python with PYTHON="
+    fix="$pypi, or choose another Python with PYTHON="
   else
     fix="choose a Python that has one, e.g. make setup PYTHON=python3.11"
   fi

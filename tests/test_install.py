@@ -235,8 +235,8 @@ def test_make_setup_names_the_python_it_chose_and_why_torch_failed(course, bin_d
     assert made.returncode != 0
     assert f"make: .venv gets Python {platform.python_version()} ({python})\n" in made.stdout
     reason = [line for line in made.stderr.splitlines() if line.startswith("cannot install")]
-    assert reason == [f"cannot install {torch_pin()} for Python {platform.python_version()} ({course}/.venv/bin/python): "
-                      f"{dead_index} could not be reached; run make again with TORCH_INDEX= to take PyPI's build "
+    assert reason == [f"cannot install {torch_pin()} for Python {platform.python_version()} "
+                      f"({course}/.venv/bin/python): {dead_index} could not be reached; run make again with TORCH_INDEX= to take PyPI's build "
                       f"instead (on Linux the CUDA one, several GB), or check the connection (pip's own output: "
                       f"{course}/.venv/pip-torch.log)"], made.stderr
     # Nothing else was installed, and the next run starts again from torch.
@@ -257,7 +257,8 @@ def torch_pin() -> str:
 def test_linux_takes_torch_alone_from_the_cpu_index(course, bin_dir):
     fake_system(bin_dir, "Linux")
     commands = install_commands(course, bin_dir)
-    torch_line = f"sh scripts/install_torch.sh {course}/.venv/bin/python '{torch_pin()}' 'https://download.pytorch.org/whl/cpu'"
+    torch_line = (f"sh scripts/install_torch.sh {course}/.venv/bin/python '{torch_pin()}' "
+                  "'https://download.pytorch.org/whl/cpu'")
     # Only torch comes from there, and before the rest: pip then keeps it for the pinned torch.
     assert torch_line in commands.splitlines()
     assert commands.index(torch_line) < commands.index("install --quiet -e '.[dev]'")
