@@ -10,8 +10,6 @@ PYTHON ?= python3.11 python3.12 python3.13 python3.14 python3 python
 # a CUDA build. macOS and Windows: PyPI's torch is already the CPU build.
 TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),https://download.pytorch.org/whl/cpu)
 TORCH = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
-NO_TORCH = could not install $(TORCH) from $(TORCH_INDEX): check the connection, or run make again\
-	with TORCH_INDEX= to take PyPI's build (CUDA, several GB)
 VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.installed
@@ -21,15 +19,15 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab instructor-lab test grade bench stability notebooks exercises system release clean hub hub-proxy
 
-# A venv that failed half-way is removed: left with no pip, the next run would only say "No module
-# named pip". torch comes alone from TORCH_INDEX (--no-deps: everything else from PyPI), with 2
-# retries instead of pip's 5: an index that cannot be reached then costs about 1 s, not 8.
+# The Python chosen is named in one line. A venv that failed half-way is removed: left with no pip,
+# the next run would only say "No module named pip". torch comes first and alone, from TORCH_INDEX
+# (or PyPI when it is empty), and scripts/install_torch.sh says in words why when it cannot.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || { python=$$(sh scripts/find_python.sh $(PYTHON)) \
+		&& echo "make: .venv gets $$("$$python" -c 'import platform; print("Python", platform.python_version())') ($$python)" \
 		&& { "$$python" -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; }; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --no-deps --retries 2 \
-		--index-url $(TORCH_INDEX) '$(TORCH)' || { echo "$(NO_TORCH)" >&2; exit 1; })
+	sh scripts/install_torch.sh $(BIN)/python '$(TORCH)' '$(TORCH_INDEX)'
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@# A lesson the learner saves keeps its widgets' state, so on reopening each widget still
 	@# shows its last view instead of "Error displaying widget: model not found".
@@ -52,7 +50,14 @@ $(GRADING_CONFIG): $(STAMP)
 	@mkdir -p $(dir $@)
 	@echo '{"ServerApp": {"jpserver_extensions": {"grading.sanitize": true}}}' > $@
 
-setup: $(STAMP) $(SERVER_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
+# Validate (the button in an exercise set, and `nbgrader validate`) ends with a one-line summary:
+# exercises that pass and their points (course_lib/validation.py). The course's and the student copy's.
+VALIDATE_CONFIG := $(VENV)/etc/jupyter/nbgrader_config.py
+$(VALIDATE_CONFIG): scripts/nbgrader_validate_config.py $(STAMP)
+	@mkdir -p $(dir $@)
+	@cp scripts/nbgrader_validate_config.py $@
+
+setup: $(STAMP) $(SERVER_CONFIG) $(VALIDATE_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
 
 # A learner's JupyterLab: learner-lab/ is a Jupyter configuration folder read before the venv's. It
 # keeps nbgrader's assignment list and Validate, and turns off what only an instructor uses (the
