@@ -524,7 +524,7 @@ def record_grades(course: Path, batch: Batch) -> None:
 
 
 def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
-    """Run the grader's own first cell in a kernel like the submissions'; stop the run if it fails.
+    """Run the line every graded cell needs in a kernel like the submissions'; stop the run if it fails.
 
     If it fails, it fails in every kernel (the course library or torch cannot be imported there,
     say) and every submission would score 0 while looking graded: nothing is graded, and the one
@@ -566,9 +566,11 @@ def check_the_sandbox(course: Path, env: dict[str, str]) -> None:
 
 
 def unseen_by_the_sandbox(error: str, env: dict[str, str]) -> str:
-    """The message that stops a run whose first cell failed in the sandbox: what it could not see, the fix."""
-    message = (f"ERROR: nothing was graded: the grader's first cell fails in the sandbox's kernel, so every "
-               f"submission would score 0 ({' '.join(error.split())[:400]}).")
+    """The message that stops a run whose probe failed in the sandbox: what it could not see, the fix."""
+    from grading.steps import SANDBOX_PROBE
+
+    message = (f"ERROR: nothing was graded: the line every graded cell runs ({SANDBOX_PROBE}) fails in the "
+               f"sandbox's kernel, so every submission would score 0 ({' '.join(error.split())[:400]}).")
     missing = re.search(r"No module named '?([\w.]+)'?", error)
     if missing:
         import importlib.util

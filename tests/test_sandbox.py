@@ -271,7 +271,7 @@ def test_a_course_library_from_another_checkout_is_not_what_the_kernel_imports(t
 
 def test_a_sandbox_that_cannot_import_what_the_grader_needs_stops_the_run(tmp_path):
     """The environment finds its packages through a folder that is not named site-packages (a
-    link), so the sandbox does not show it: the grader's first cell would fail in every kernel."""
+    link), so the sandbox does not show it: every graded cell's hand_in import would fail in every kernel."""
     (tmp_path / "deps").symlink_to(os.path.realpath(site.getsitepackages()[0]))
     run = grade_one(tmp_path, python_environment(tmp_path, str(tmp_path / "deps"), str(ROOT)))
     assert run.returncode != 0
