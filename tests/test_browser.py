@@ -281,8 +281,14 @@ def test_the_last_lessons_closing_links_open_the_exercises_lesson_01_and_the_rea
     """The links a lesson ends with (tests/test_lessons.py checks every lesson's) open in JupyterLab,
     each in a tab of its own; here the last lesson's, which lead back to the start."""
     open_lesson(page, learner_lab.format(path="notebooks/10_attention_graph.ipynb"))
-    closing = notebook_cells(page).last
-    closing.scroll_into_view_if_needed()
+    # JupyterLab draws a long notebook's cells as they come into view: scroll until the last one
+    # drawn stays the same, then take the closing cell by the link only it has.
+    drawn = None
+    while (last := notebook_cells(page).last.inner_text()) != drawn:
+        drawn = last
+        notebook_cells(page).last.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+    closing = notebook_cells(page).filter(has=page.get_by_role("link", name="lesson 01"))
     current = page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")
     visible = page.locator(".jp-NotebookPanel:visible")
     for name, opened in (("exercise set 10", visible.get_by_role("heading", name="Exercise set 10")),
