@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
-from nbformat.v4 import new_code_cell, new_output
+from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 
 from course_lib.checks.hand_in import MIME
