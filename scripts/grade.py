@@ -374,9 +374,10 @@ def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
     show = {sealed, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python}
     show |= {Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
     # The kernel imports the sealed course library shown here, whatever the Python environment's
-    # own .pth files point at (an editable install of another checkout, say); a full copy of it
-    # installed into a shown folder (`pip install .`) is hidden.
-    hide = {p / "course_lib" for p in show if p != sealed and (p / "course_lib").is_dir()}
+    # own .pth files point at (an editable install of another checkout, say); a full copy of the
+    # course's packages installed into a shown folder (`pip install .`) is hidden.
+    hide = {p / package for p in show if p != sealed for package in ("course_lib", "grading")
+            if (p / package).is_dir()}
     argv = [sys.executable, str(ROOT / "scripts" / "sandbox_kernel.py"), *(f"--show={p}" for p in sorted(show)),
             *(f"--hide={p}" for p in sorted(hide)),
             f"--path={sealed}", f"--memory={limits.memory}", f"--processes={limits.processes}",

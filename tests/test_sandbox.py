@@ -242,8 +242,9 @@ def python_environment(tmp_path: Path, *path_lines: str) -> Path:
     return env / "bin" / "python"
 
 
-def grade_one(tmp_path: Path, python: Path) -> subprocess.CompletedProcess:
-    """Set 01's correct answers, graded by scripts/grade.py run with `python` (no PYTHONPATH)."""
+def grade_one(tmp_path: Path, python: Path, softmax_rows: str | None = None) -> subprocess.CompletedProcess:
+    """Set 01's correct answers (softmax_rows's cell replaced, if given), graded by scripts/grade.py
+    run with `python` (no PYTHONPATH)."""
     course = tmp_path / "course"
     (course / "solutions").mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -251,7 +252,8 @@ def grade_one(tmp_path: Path, python: Path) -> subprocess.CompletedProcess:
     shutil.copytree(ROOT / "exercises" / SET01, course / "exercises" / SET01)  # to write the submission from
     folder = course / "submitted" / "alice" / SET01
     folder.mkdir(parents=True)
-    nbformat.write(submission(course, SET01, {}), folder / f"{SET01}.ipynb")
+    answers = {"softmax_rows": softmax_rows} if softmax_rows else {}
+    nbformat.write(submission(course, SET01, answers), folder / f"{SET01}.ipynb")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(python), str(ROOT / "scripts" / "grade.py"), "--course", str(course)],
                           capture_output=True, text=True, env=env)
@@ -267,6 +269,27 @@ def test_a_course_library_from_another_checkout_is_not_what_the_kernel_imports(t
     assert run.returncode == 0, run.stderr[-2000:]
     row = csv_rows(tmp_path / "course")[("alice", SET01)]
     assert row["status"] == "graded" and float(row["score"]) == sum(points(tmp_path / "course", SET01).values()), row
+
+
+def test_a_copy_of_the_course_installed_into_the_environment_is_shown_empty(tmp_path):
+    """`pip install .` would put the whole course library (and grading/) into site-packages, a
+    folder the sandbox shows: the kernel sees those folders empty and imports the sealed library."""
+    python = python_environment(tmp_path, os.path.realpath(site.getsitepackages()[0]))
+    packages = next((tmp_path / "env").glob("lib/python3*/site-packages"))
+    for package in ("course_lib", "grading"):
+        shutil.copytree(ROOT / package, packages / package, ignore=shutil.ignore_patterns("__pycache__"))
+    looker = (f"import os, course_lib.checks\n"
+              f"print('INSTALLED', sorted(os.listdir({str(packages / 'course_lib')!r})), "
+              f"sorted(os.listdir({str(packages / 'grading')!r})), 'graded kernel' in course_lib.__doc__)\n"
+              ) + HONEST_SOFTMAX
+    run = grade_one(tmp_path, python, looker)
+    assert run.returncode == 0, run.stderr[-2000:]
+    course = tmp_path / "course"
+    nb = nbformat.read(course / "autograded" / "alice" / SET01 / f"{SET01}.ipynb", as_version=4)
+    out = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax_rows")
+    assert "INSTALLED [] [] True" in out, out
+    assert scores(course, SET01, "alice") == points(course, SET01)
 
 
 def test_a_sandbox_that_cannot_import_what_the_grader_needs_stops_the_run(tmp_path):
