@@ -29,7 +29,7 @@ import nbformat
 import torch
 from torch import Tensor
 
-from course_lib.checks import CheckFailed
+from course_lib.checks import IN_PLACE, CheckFailed
 from course_lib.checks.hand_in import (Case, Exercise, Malformed, Raises, _judge_one, _kinds, _Other, compare_values,
                                        decode, decode_input, encode, encode_input, exercise,
                                        refusals, same_inputs)
@@ -182,9 +182,7 @@ class _Answers:
         if not isinstance(result, dict):
             raise Malformed("no result")
         if result.get("changed_input") is True:
-            raise CheckFailed(f"`{self.__name__}` changed one of its input tensors in place (the caller's tensor is "
-                              "modified). Likely bug: an in-place operation such as `x -= ...`, `x[...] = ...` or "
-                              "`.add_()`; compute a new tensor instead, e.g. `x = x - ...`")
+            raise CheckFailed(f"`{self.__name__}` changed one of its input tensors in place {IN_PLACE}")
         if "raised" in result:
             raise _error_like(result)
         got = decode(result.get("value"))

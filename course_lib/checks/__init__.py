@@ -106,6 +106,11 @@ def _recording(names: set[str], codes: set[CodeType]) -> Iterator[None]:
         threading.setprofile(previous_threads)
 
 
+# What a check says of an answer that changed its input (here, and in the grader's replay of it).
+IN_PLACE = ("(the caller's tensor is modified). Likely bug: an in-place operation such as `x -= ...`, "
+            "`x[...] = ...` or `.add_()`; compute a new tensor instead, e.g. `x = x - ...`")
+
+
 def _recorded(fn: Callable) -> Callable:
     """`fn`, recording into _RAN what runs while it runs."""
     if not inspect.isfunction(fn):
@@ -121,9 +126,7 @@ def _recorded(fn: Callable) -> Callable:
             result = fn(*args, **kwargs)
         for name, x in inputs.items():
             if x.shape != before[name].shape or not torch.equal(x.nan_to_num(0.123), before[name].nan_to_num(0.123)):
-                raise CheckFailed(f"`{fn.__name__}` changed its input `{name}` in place (the caller's tensor is "
-                                  "modified). Likely bug: an in-place operation such as `x -= ...`, `x[...] = ...` or "
-                                  "`.add_()`; compute a new tensor instead, e.g. `x = x - ...`")
+                raise CheckFailed(f"`{fn.__name__}` changed its input `{name}` in place {IN_PLACE}")
         return result
 
     return run
