@@ -280,15 +280,16 @@ def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(lear
 def test_the_last_lessons_closing_links_open_the_exercises_lesson_01_and_the_readme(learner_lab, page):
     """The links a lesson ends with (tests/test_lessons.py checks every lesson's) open in JupyterLab,
     each in a tab of its own; here the last lesson's, which lead back to the start."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     open_lesson(page, learner_lab.format(path="notebooks/10_attention_graph.ipynb"))
-    # JupyterLab draws a long notebook's cells as they come into view: scroll until the last one
-    # drawn stays the same, then take the closing cell by the link only it has.
-    drawn = None
-    while (last := notebook_cells(page).last.inner_text()) != drawn:
-        drawn = last
-        notebook_cells(page).last.scroll_into_view_if_needed()
-        page.wait_for_timeout(500)
+    # JupyterLab draws a long notebook's cells as they come into view, later on a busy machine:
+    # scroll to the last cell drawn until the closing cell (told by the link only it has) is drawn.
     closing = notebook_cells(page).filter(has=page.get_by_role("link", name="lesson 01"))
+    deadline = time.monotonic() + 60
+    while closing.count() != 1:
+        assert time.monotonic() < deadline, "lesson 10's closing cell was not drawn in 60 s of scrolling"
+        notebook_cells(page).last.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
     current = page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")
     visible = page.locator(".jp-NotebookPanel:visible")
     for name, opened in (("exercise set 10", visible.get_by_role("heading", name="Exercise set 10")),
@@ -297,6 +298,10 @@ def test_the_last_lessons_closing_links_open_the_exercises_lesson_01_and_the_rea
         # back to the lesson's tab, told by its path (the exercise set's tab may share its name)
         page.locator(".lm-TabBar-tab[title*='Path: notebooks/10_attention_graph.ipynb']").click()
         link = closing.get_by_role("link", name=name)
-        assert link.count() == 1, f"lesson 10's closing cell has no link {name!r}"
+        try:  # the tab, shown again, may redraw its cells
+            link.wait_for(timeout=30_000)
+        except PlaywrightTimeout:
+            pytest.fail(f"lesson 10's closing cell has no link {name!r}")
+        assert link.count() == 1, f"lesson 10's closing cell has {link.count()} links {name!r}"
         link.click()
         opened.first.wait_for()
