@@ -805,3 +805,34 @@ def test_the_answer_key_scan_finds_the_instructors_text_in_any_cell_and_nothing_
         copied = sorted(line for line in lines if line.startswith("hand_in("))[0]
         student.cells[-1].source += "\n    " + copied  # indented, in the learner's own last cell
         assert copied in answer_key_text(student, lines)[0]
+
+
+def _timed_out(grade_id: str, locked: bool) -> nbformat.NotebookNode:
+    """A code cell as nbclient leaves one it stopped at its time limit."""
+    cell = nbformat.v4.new_code_cell("import torch")
+    cell.metadata["nbgrader"] = {"grade_id": grade_id, "locked": locked, "solution": not locked, "grade": False}
+    cell.outputs = [nbformat.v4.new_output("error", ename="CellTimeoutError", evalue="timed out", traceback=[])]
+    return cell
+
+
+def test_the_courses_setup_cell_gets_longer_and_its_timeout_is_the_graders_not_the_students():
+    """The setup cell imports torch (tens of seconds for its CUDA build on a busy machine): it gets
+    SETUP_SECONDS, and a timeout there is flagged as the machine's. A student who names a cell of
+    their own "setup" gains nothing: only a locked cell, whose source nbgrader puts back, counts."""
+    import time
+
+    sys.path.insert(0, str(ROOT))
+    from grading.steps import LIMIT, SETUP_SECONDS, TIMEOUT_SECONDS, LimitedExecute, NameLimits
+
+    execute = LimitedExecute()
+    execute._started = time.monotonic()
+    assert SETUP_SECONDS > TIMEOUT_SECONDS
+    assert execute._get_timeout(_timed_out("setup", locked=True)) == SETUP_SECONDS
+    assert execute._get_timeout(_timed_out("setup", locked=False)) == TIMEOUT_SECONDS
+    assert execute._get_timeout(_timed_out("attend", locked=False)) == TIMEOUT_SECONDS
+
+    setup, _ = NameLimits().preprocess_cell(_timed_out("setup", locked=True), {}, 0)
+    assert setup.outputs[0].ename == LIMIT  # flagged: grade it again
+    assert "setup cell (not this submission's code)" in setup.outputs[0].evalue
+    own, _ = NameLimits().preprocess_cell(_timed_out("setup", locked=False), {}, 0)
+    assert own.outputs[0].ename == "TimeoutError" and "loop that never ends" in own.outputs[0].evalue

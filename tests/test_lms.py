@@ -295,3 +295,6 @@ def test_the_kubernetes_files_parse_and_pin_what_pyproject_pins():
     assert not {"solutions", "tests", "grading", "nbgrader_config.py"} & set(copied)
     ignored = (folder / "Dockerfile.dockerignore").read_text().split()
     assert {".venv", "solutions", "tests", "grading", "gradebook.db"} <= set(ignored)
+    # A student's lab in the image is make lab's: learner-lab/'s files, not a list of its own.
+    assert "learner-lab" in copied and "ENV JUPYTER_CONFIG_PATH=/opt/transformer-roots/learner-lab" in dockerfile
+    assert "extension disable" not in dockerfile
