@@ -581,20 +581,27 @@ def run_ablated(model: DecoderOnly, ids: Tensor, layer: int | None = None, how: 
     if layer is not None:
         require_index("layer", layer, len(model.layers), "layers")
     require_choice("how", how, ("zero", "mean"))
-    T = require_ids(ids, model.config)
-    mask, bias = causal_mask(T) if model.config.causal else None, model.positions.score_bias(T)  # (T, T)
-    x = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, T, D)
-    outs = []
+    outs: list[Tensor] = []
+
+    def attend_then_record(attention: Attention, k: int):
+        attend = attention.attend  # the layer's own, bound method
+
+        def knocked(*args, **kwargs) -> tuple[Tensor, Tensor]:
+            out, weights = attend(*args, **kwargs)  # (B, T, D), (B, T, S)
+            outs.append(out)
+            if k == layer:
+                out = torch.zeros_like(out) if how == "zero" else out.mean(0, keepdim=True).expand_as(out)
+            return out, weights
+        return knocked
+
+    # The model's own forward pass, with each layer's attention call wrapped for this one run.
     for k, block in enumerate(model.layers):
-        out, _ = block.attention.attend(block.before(block.attention_norm, x), None, mask, bias,
-                                        model.positions.rotate)  # (B, T, D)
-        outs.append(out)
-        if k == layer:
-            out = torch.zeros_like(out) if how == "zero" else out.mean(0, keepdim=True).expand_as(out)
-        x = block.after(block.attention_norm, x, out)
-        if block.ffn is not None:
-            x = block.after(block.ffn_norm, x, block.ffn.run(block.before(block.ffn_norm, x)))
-    return model.readout(x if model.norm is None else model.norm(x)), outs
+        block.attention.attend = attend_then_record(block.attention, k)
+    try:
+        return model(ids), outs  # (B, T, V), one (B, T, D) per layer
+    finally:
+        for block in model.layers:
+            del block.attention.attend  # back to the class's method
 
 
 def position_losses(logits: Tensor, targets: Tensor) -> Tensor:
