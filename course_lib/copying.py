@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .attention import Attention
 from .attention_scores import attention_scores, scaled_dot_product_attention
-from .guards import (broadcast_shape, require_bool, require_count, require_float, require_float_dtype,
+from .guards import (broadcast_shape, require_bool, require_choice, require_count, require_float, require_float_dtype,
                      require_index, require_instance, require_integer, require_number, require_same_dtype,
                      require_same_shape)
 from .masks import causal_mask
@@ -399,6 +399,33 @@ def repeat_once_batch(n_sequences: int, length: int, vocab_size: int) -> Batches
     return make_batch
 
 
+def repeated_tokens_batch(n_sequences: int, half: int, vocab_size: int) -> Batches:
+    """make_batch: repeated random tokens, the probe of Olsson et al. 2022. [BOS], then `half`
+    distinct random tokens 1 .. V - 1, then the same tokens again: ids (B, 2 half + 1).
+
+    The target at every position i < T - 1 is the next token: in the first copy it cannot be
+    known (a token not seen yet), in the second it can, so the loss there minus the loss in the
+    first copy measures in-context learning. Distinct tokens give each query of the second copy
+    exactly one matching key.
+    """
+    require_count("n_sequences", n_sequences)
+    require_count("half", half, minimum=2)
+    require_count("vocab_size", vocab_size, minimum=3)
+    if half > vocab_size - 1:
+        raise ValueError(f"half={half} distinct tokens do not fit in the vocab_size - 1 = {vocab_size - 1} tokens "
+                         "that are not BOS")
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        # (B, half): the first `half` of a random order of the tokens but BOS
+        block = (torch.rand(n_sequences, vocab_size - 1, generator=generator).argsort(-1) + 1)[:, :half]
+        ids = torch.cat([torch.full((n_sequences, 1), BOS), block, block], dim=1)  # (B, T)
+        targets = ids.roll(-1, dims=-1)
+        targets[:, -1] = IGNORE
+        return ids, targets
+
+    return make_batch
+
+
 # ---------------------------------------------------------------- measurements
 
 def _require_scored(model: object, ids: object, targets: object) -> Tensor:
@@ -533,6 +560,100 @@ def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = 
                                          second.before(second.attention_norm, keys_from), mask, bias,
                                          model.positions.rotate)
     return weights  # (B, [H,] T, T)
+
+
+@torch.no_grad()
+def run_ablated(model: DecoderOnly, ids: Tensor, layer: int | None = None, how: str = "zero"
+                ) -> tuple[Tensor, list[Tensor]]:
+    """The model's forward pass with one layer's attention output knocked out.
+
+    ids (B, T) -> (logits (B, T, V), each layer's attention output (B, T, D), as it was before any
+    knocking out). layer=None changes nothing. how="zero" adds nothing in its place (the residual
+    stream passes on); "mean" adds its mean over the batch at each position (B-mean), which keeps
+    what the head writes whatever the sequence (a bias, say) and removes what depends on it.
+    An attention output times the read-out, out @ W_U^T, is that head's direct effect on the
+    logits (for a model without a final norm).
+    """
+    require_instance("model", model, DecoderOnly)
+    if not model.config.residual:
+        raise ValueError("model must have a residual stream (run_ablated removes one layer's output from it), "
+                         "got residual=False")
+    if layer is not None:
+        require_index("layer", layer, len(model.layers), "layers")
+    require_choice("how", how, ("zero", "mean"))
+    outs: list[Tensor] = []
+
+    def attend_then_record(attention: Attention, k: int):
+        attend = attention.attend  # the layer's own, bound method
+
+        def knocked(*args, **kwargs) -> tuple[Tensor, Tensor]:
+            out, weights = attend(*args, **kwargs)  # (B, T, D), (B, T, S)
+            outs.append(out)
+            if k == layer:
+                out = torch.zeros_like(out) if how == "zero" else out.mean(0, keepdim=True).expand_as(out)
+            return out, weights
+        return knocked
+
+    # The model's own forward pass, with each layer's attention call wrapped for this one run.
+    for k, block in enumerate(model.layers):
+        block.attention.attend = attend_then_record(block.attention, k)
+    try:
+        return model(ids), outs  # (B, T, V), one (B, T, D) per layer
+    finally:
+        for block in model.layers:
+            del block.attention.attend  # back to the class's method
+
+
+def position_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy at each position, averaged over the batch: logits (B, T, V), targets (B, T)
+    -> (T,), NaN where no sequence has a target. Late minus early positions of a repeated
+    sequence is the in-context-learning score (Olsson et al. 2022)."""
+    require_float("logits", logits, 3, 3)
+    require_integer("targets", targets, 2, 2)
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} must be (B, T, V) for targets {tuple(targets.shape)}")
+    keep = targets != IGNORE  # (B, T)
+    V = logits.shape[-1]
+    scored = targets[keep]
+    outside = scored[(scored < 0) | (scored >= V)]
+    if len(outside):
+        raise ValueError(f"targets must be token ids 0 .. V - 1 = {V - 1} or IGNORE={IGNORE}, got "
+                         f"{sorted(set(outside.tolist()))[:5]}")
+    loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets.clamp_min(0),
+                                             reduction="none")  # (B, T)
+    count = keep.sum(0)  # (T,)
+    mean = (loss * keep).sum(0) / count.clamp_min(1)
+    return torch.where(count > 0, mean, torch.nan)
+
+
+def k_composition(model: DecoderOnly, samples: int = 100, seed: int = 0) -> tuple[float, float]:
+    """Weight-based K-composition of layer 1's OV circuit into layer 2's keys, and its baseline.
+
+    As Elhage et al. 2021 define it, ||W_QK^T W_OV||_F / (||W_QK||_F ||W_OV||_F), here in the
+    course's row convention (x W^T for nn.Linear weights W): the score of query x against key y
+    is x W_QK y^T with W_QK = W_Q^T W_K (D, D), and layer 1 writes x W_OV, W_OV = W_V^T W_O^T
+    (D, D); a key reading that output scores x W_QK W_OV^T y^T. Biases are left out.
+    The baseline: the mean of the same score over `samples` draws of Gaussian W_Q, W_K, W_V, W_O
+    of the same shapes (seeded), what the score is with no composition learnt.
+    """
+    if not isinstance(model, DecoderOnly) or len(model.layers) < 2:
+        raise ValueError(f"model must be a DecoderOnly with 2 layers or more (k_composition reads layers 1 and "
+                         f"2), got {type(model).__name__}")
+    require_count("samples", samples)
+    require_count("seed", seed, minimum=0)
+    first, second = model.layers[0].attention, model.layers[1].attention
+    if first.n_heads is not None or second.n_heads is not None:
+        raise ValueError("k_composition takes one-head layers (config.n_heads=None)")
+
+    def score(q: Tensor, k: Tensor, v: Tensor, o: Tensor) -> Tensor:  # (..., D, D) each
+        qk, ov = q.mT @ k, v.mT @ o.mT
+        return (qk @ ov.mT).norm(dim=(-2, -1)) / (qk.norm(dim=(-2, -1)) * ov.norm(dim=(-2, -1)))
+
+    with torch.no_grad():
+        weights = [second.query.weight, second.key.weight, first.value.weight, first.out.weight]
+        gen = torch.Generator().manual_seed(seed)
+        draws = [torch.randn(samples, *w.shape, generator=gen, dtype=w.dtype) for w in weights]
+        return float(score(*weights)), float(score(*draws).mean())
 
 
 def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:

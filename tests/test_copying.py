@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, copy_batch,
                              copy_lead, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
-                             induction_scores, matching_keys, ov_circuit, ov_copy_scores,
-                             position_copy_head, repeat_once_batch, second_layer_weights,
+                             induction_scores, k_composition, matching_keys, ov_circuit,
+                             ov_copy_scores, position_copy_head, position_losses, repeat_once_batch,
+                             repeated_tokens_batch, run_ablated, second_layer_weights,
                              softmax_copy_error, source_weight, token_codes, train_copy_model,
                              train_induction_model, unnormalised_attention, unnormalised_copy_fit,
                              weight_on_source)
@@ -582,7 +583,29 @@ def _induction_measurements(model, losses):
                                        for s, L in starts])
     worst = {s: min(a for (t, _), a in zip(starts, by_start) if t == s) for s, _ in starts}
     natural = repeat_once_batch(1000, T, V)(torch.Generator().manual_seed(5))
+    # the probe of Olsson et al.: [BOS], 11 random tokens, the same again
+    rep_ids, rep_targets = repeated_tokens_batch(500, 11, V)(torch.Generator().manual_seed(300))
+    early, second = slice(1, 11), slice(12, 22)
+    probe = {}  # (layer, how) -> (loss on the first copy, on the second, accuracy on the second)
+    for layer, how in [(None, "zero"), (0, "zero"), (0, "mean"), (1, "zero"), (1, "mean")]:
+        logits, outputs = run_ablated(model, rep_ids, layer, how)
+        losses_at = position_losses(logits, rep_targets)
+        right = (logits.argmax(-1)[:, second] == rep_targets[:, second]).double().mean()
+        probe[layer, how] = (float(losses_at[early].mean()), float(losses_at[second].mean()), float(right))
+        if layer is None:
+            direct = outputs[1] @ model.readout.weight.T  # layer 2's head alone
+    model(rep_ids)
+    prefix = induction_scores(model.layer_weights[1], rep_ids)[12:]
+    knocked = [p for key, p in probe.items() if key[0] is not None]
     return {
+        "prefix matching": float(prefix.mean()),
+        "copying": float((direct.argmax(-1)[:, second] == rep_targets[:, second]).double().mean()),
+        "second copy loss": probe[None, "zero"][1],
+        "late - early": probe[None, "zero"][1] - probe[None, "zero"][0],
+        "knocked out, best accuracy": max(p[2] for p in knocked),
+        "knocked out, lowest loss": min(p[1] for p in knocked),
+        "layer 1 zeroed, loss": probe[0, "zero"][1], "layer 2 zeroed, loss": probe[1, "zero"][1],
+        "K-composition": k_composition(model)[0],
         "lowest cell": min(grid),
         "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0],
         "layer 1 mean 1..18": float(layer1[:18].mean()),
@@ -617,6 +640,10 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
         assert m["late block (P 16, L 3)"] <= 0.8 and m["starts 19, 20"] <= 0.1, (seed, m)
         assert 0.25 <= m["natural repeats"] <= 0.85, (seed, m)
         assert 1 - m["layer 2 on match"] >= 0.01, (seed, m)  # the hand-set head's: below 1e-6
+        assert m["prefix matching"] >= 0.8 and m["copying"] >= 0.95, (seed, m)
+        assert m["second copy loss"] <= 0.2 and m["late - early"] <= -5, (seed, m)
+        assert m["knocked out, best accuracy"] <= 0.1 and m["knocked out, lowest loss"] >= 3, (seed, m)
+        assert m["K-composition"] >= 0.3, (seed, m)
     runs = list(trained_inductors.values())
     ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
     print(ranges)
@@ -630,10 +657,15 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
               "handled up to start": ("{}", "14", "16"),
               "late block (P 16, L 3)": ("{:.0%}", "36%", "70%"),
               "layer 1 max 20..23": ("{:.1g}", "0.002", "0.09"),
-              "natural repeats": ("{:.0%}", "45%", "74%")}
+              "natural repeats": ("{:.0%}", "45%", "74%"),
+              "prefix matching": ("{:.2f}", "0.89", "0.95"), "copying": ("{:.1%}", "98.8%", "99.9%"),
+              "second copy loss": ("{:.2f}", "0.02", "0.05"), "late - early": ("{:.1f}", "-11.1", "-8.4"),
+              "layer 1 zeroed, loss": ("{:.1f}", "5.4", "6.7"), "layer 2 zeroed, loss": ("{:.1f}", "3.6", "3.9"),
+              "K-composition": ("{:.2f}", "0.35", "0.38")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
     assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
+    assert f"{ranges['knocked out, best accuracy'][1]:.1%}" == "5.3%", ranges  # "at most 5.3%"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -671,3 +703,105 @@ def test_gap_widget_renders_every_setting_and_reads_the_formula():
     view.controls["positions"].value = False
     assert f"<b>{1 / LENGTH:.3f}</b>" in view.view.value  # no positions: uniform weights
     assert max(view.timings_ms) < 100
+
+
+# ---------------------------------------------------------------- the induction evidence
+
+def test_repeated_tokens_batch_repeats_distinct_tokens():
+    ids, targets = repeated_tokens_batch(50, 6, 10)(torch.Generator().manual_seed(0))
+    assert ids.shape == targets.shape == (50, 13)
+    assert torch.all(ids[:, 0] == BOS) and torch.all(ids[:, 1:] != BOS)
+    assert torch.equal(ids[:, 1:7], ids[:, 7:])  # the second copy is the first
+    assert all(len(set(row[1:7].tolist())) == 6 for row in ids)  # one matching key per query
+    assert torch.equal(targets[:, :-1], ids[:, 1:]) and torch.all(targets[:, -1] == IGNORE)
+    assert len({tuple(row.tolist()) for row in ids}) > 40  # random, not one sequence repeated
+    with pytest.raises(ValueError, match="half=10 distinct tokens"):
+        repeated_tokens_batch(5, 10, 10)
+    with pytest.raises(ValueError, match="half"):
+        repeated_tokens_batch(5, 1, 10)
+
+
+def test_run_ablated_knocks_out_one_layer_of_the_hand_set_induction_head():
+    """Unablated it is the model; the hand-set circuit needs both heads, so either knockout
+    loses the second copy; the outputs returned are the heads' own, before any knockout."""
+    model = hand_set_induction_model(token_codes(12, 12), 13)
+    ids, targets = repeated_tokens_batch(40, 6, 12)(torch.Generator().manual_seed(1))
+    late = slice(7, 12)
+    intact, outputs = run_ablated(model, ids)
+    assert torch.allclose(intact, model(ids), atol=1e-12)
+    assert torch.equal(intact.argmax(-1)[:, late], targets[:, late])
+    for layer in (0, 1):
+        for how in ("zero", "mean"):
+            logits, knocked_outputs = run_ablated(model, ids, layer, how)
+            right = (logits.argmax(-1)[:, late] == targets[:, late]).double().mean()
+            assert right < 0.3, (layer, how, right)
+            assert torch.allclose(knocked_outputs[layer], outputs[layer])
+    # the knockout lasts one run: the model is its own again, also after a run that raised
+    with pytest.raises(ValueError):
+        run_ablated(model, torch.full((2, 12), 99), 1)  # ids past the vocabulary: refused by the model
+    assert not any("attend" in vars(block.attention) for block in model.layers)
+    assert torch.equal(model(ids), intact)
+    # layer 2's output alone, through the read-out, is the copy: the head's direct effect
+    direct = outputs[1] @ model.readout.weight.T  # (B, T, V)
+    assert torch.equal(direct.argmax(-1)[:, late], targets[:, late])
+
+
+def test_run_ablated_means_over_the_batch_not_the_positions():
+    """A batch of one sequence: its mean over the batch is itself, so nothing changes (a mean
+    over positions would change it); zero ablation removes exactly the head's output."""
+    model = hand_set_induction_model(token_codes(12, 12), 13)
+    ids, _ = repeated_tokens_batch(1, 6, 12)(torch.Generator().manual_seed(2))
+    intact, outputs = run_ablated(model, ids)
+    assert torch.allclose(run_ablated(model, ids, 1, "mean")[0], intact, atol=1e-12)
+    zeroed, _ = run_ablated(model, ids, 1, "zero")
+    # no norm, no FFN: the last layer's output reaches the logits linearly
+    assert torch.allclose(intact - zeroed, outputs[1] @ model.readout.weight.T, atol=1e-9)
+    with pytest.raises(ValueError, match="how"):
+        run_ablated(model, ids, 0, "max")
+    with pytest.raises(ValueError, match="layer"):
+        run_ablated(model, ids, 2)
+    no_residual = DecoderOnly(ModelConfig(vocab_size=12, max_len=13, n_decoder_layers=2, residual=False))
+    with pytest.raises(ValueError, match="residual"):
+        run_ablated(no_residual, ids)
+
+
+def test_position_losses_are_cross_entropy_per_position():
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 4, 6, generator=gen, dtype=torch.float64)
+    targets = torch.randint(6, (5, 4), generator=gen)
+    targets[:2, 1] = IGNORE
+    targets[:, 3] = IGNORE
+    got = position_losses(logits, targets)
+    for t in range(3):
+        keep = targets[:, t] != IGNORE
+        want = F.cross_entropy(logits[keep, t], targets[keep, t])
+        assert torch.allclose(got[t], want)
+    assert torch.isnan(got[3])
+    with pytest.raises(ValueError, match=r"got \[6\]"):
+        position_losses(logits, targets.masked_fill(targets == 0, 6))
+    with pytest.raises(ValueError, match="logits"):
+        position_losses(logits[:, :3], targets)
+
+
+def test_k_composition_of_the_hand_set_circuit_and_of_a_miswired_one():
+    """Hand-set: layer 1 writes the token into the 'previous' slot, which layer 2's keys read:
+    W_QK W_OV^T = gap sqrt(D) I on the W token coordinates, so the score is exactly 1 / sqrt(W).
+    Rewired to write into a slot the keys do not read, the score is 0. Random: about 1/sqrt(D)."""
+    W, P = 8, 10
+    model = hand_set_induction_model(token_codes(W, W), P)
+    score, baseline = k_composition(model, samples=200)
+    assert math.isclose(score, 1 / math.sqrt(W), rel_tol=1e-9)
+    D = 3 * W + P
+    assert abs(baseline - 1 / math.sqrt(D)) < 0.1 / math.sqrt(D)
+    assert score > 1.5 * baseline
+    elsewhere = position_copy_head(D, -1, slice(0, W), slice(W, W + P), write=slice(2 * W + P, D), bias=True,
+                                   dtype=torch.float64)
+    model.layers[0].attention.load_state_dict(elsewhere.state_dict())
+    assert k_composition(model)[0] < 1e-12
+    assert k_composition(model, seed=1)[1] != baseline  # the baseline's draws follow the seed
+    with pytest.raises(ValueError, match="2 layers"):
+        k_composition(hand_set_copy_model(token_codes(4, 4), 5, 1))
+    heads = DecoderOnly(ModelConfig(vocab_size=8, max_len=8, d_model=8, n_heads=2, n_decoder_layers=2))
+    with pytest.raises(ValueError, match="one-head"):
+        k_composition(heads)
+
