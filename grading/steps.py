@@ -32,6 +32,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 
+from course_lib.checks import HINT_BELOW, FoldedHint, ladder
 from course_lib.checks.hand_in import MIME
 from grading.answer_key import VISIBLE, plan, verdict
 
@@ -66,6 +67,18 @@ def is_test_cell(cell) -> bool:
 
 def error_output(ename: str, message: str):
     return new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
+def check_failure_outputs(message: str) -> list:
+    """A visible check's failure as the learner's notebook shows it (course_lib.checks): the
+    symptom as the error, then the likely bug folded under it, so feedback keeps the hint ladder."""
+    symptom, hint = ladder(message)
+    if not hint:
+        return [error_output("CheckFailed", message)]
+    error = new_output("error", ename="CheckFailed", evalue=message,
+                       traceback=[f"CheckFailed: {symptom}", HINT_BELOW])
+    folded = FoldedHint(hint)
+    return [error, new_output("display_data", data={"text/plain": repr(folded), "text/html": folded._repr_html_()})]
 
 
 class PlanHiddenTests(Preprocessor):
@@ -129,7 +142,7 @@ class JudgeHandIns(Preprocessor):
                 return
             problems = verdict(plans[name], mine[0])
             if problems and problems[0].startswith(VISIBLE):
-                cell.outputs.append(error_output("CheckFailed", problems[0].removeprefix(VISIBLE)))
+                cell.outputs.extend(check_failure_outputs(problems[0].removeprefix(VISIBLE)))
                 return
             if problems:
                 more = f" (and {len(problems) - 1} more cases)" if len(problems) > 1 else ""

@@ -264,9 +264,21 @@ def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(lear
                      ARTIFACTS / "exercise01-stub.png")
     type_answer(page, answer, WRONG)
     run_cell(page, answer)
-    assert "Likely bug: softmax over the wrong axis?" in run_cell(page, check).inner_text()
+    # A wrong answer: first the symptom, with the input spelled out; the likely bug stays folded.
+    shown = run_cell(page, check)
+    hint = shown.locator("details")
+    hint.locator("summary").wait_for()
+    text = shown.inner_text()
+    assert "softmax_rows(LOGITS): wrong values." in text and "LOGITS, shape (2, 3): [[1.0, 2.0, 3.0]" in text
+    assert "Show the likely bug" in text and "wrong axis" not in text, text
     screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
                      ARTIFACTS / "exercise01-wrong.png")
+    # Then, asked for with one click, the likely bug.
+    hint.locator("summary").click()
+    page.wait_for_function("d => d.open", arg=hint.element_handle())
+    assert "Likely bug: softmax over the wrong axis?" in hint.inner_text()
+    screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
+                     ARTIFACTS / "exercise01-wrong-hint-opened.png")
     # (c) A right answer: the check prints its one green line, and nothing else.
     type_answer(page, answer, RIGHT)
     run_cell(page, answer)

@@ -60,28 +60,45 @@ def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise
     assert f"CheckFailed: `{exercise}` is not written yet: replace `raise NotImplementedError()`" in result.messages[0]
 
 
-def test_a_failed_check_renders_as_its_message_alone():
-    from course_lib.checks import WIDTH, CheckFailed
+def test_a_failed_check_renders_as_its_symptom_alone():
+    """Step 1 of the ladder: the symptom, with the check's inputs spelled out, and a pointer to the
+    folded hint; the likely bug itself is the message's last line, and is not shown."""
+    from course_lib.checks import HINT_BELOW, WIDTH, CheckFailed, ladder
     from course_lib.checks.attention_scores import check_softmax_rows
 
     with pytest.raises(CheckFailed) as caught:
-        check_softmax_rows(lambda x: x.exp() / x.exp().sum(0))
+        check_softmax_rows(lambda x: (x - x.amax(0)).exp() / (x - x.amax(0)).exp().sum(0))
     assert isinstance(caught.value, AssertionError)  # nbgrader still counts it as a failure
+    message = str(caught.value)
+    symptom, hint = ladder(message)
+    assert message == f"{symptom}\n{hint}" and hint.startswith("Likely bug: softmax over the wrong axis")
     rendered = caught.value._render_traceback_()
     assert all(line.startswith("\x1b[31m") and line.endswith("\x1b[0m") for line in rendered)
     shown = [line.removeprefix("\x1b[31m").removesuffix("\x1b[0m") for line in rendered]
-    # The message's own words and nothing else (no traceback through course_lib), in lines that fit.
-    assert " ".join(shown).split() == str(caught.value).split()
+    # The symptom's own words, then the pointer, and nothing else (no traceback, no hint), in lines that fit.
+    assert " ".join(shown).split() == f"{symptom} {HINT_BELOW}".split()
+    assert "Likely bug" not in " ".join(shown) and "axis" not in " ".join(shown)
     assert max(len(line) for line in shown) <= WIDTH
-    assert "Likely bug" in str(caught.value) or "Things to check" in str(caught.value)
-    assert "\n  expected: [[" in str(caught.value) and "\n  got:      [[" in str(caught.value)
+    # The input the learner cannot see, LOGITS, is spelled out before the expected and got values.
+    assert "\n  LOGITS, shape (2, 3): [[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]]\n  expected: [[" in symptom
+    assert "\n  got:      [[" in symptom
+
+
+def test_the_folded_hint_escapes_what_it_shows():
+    """A hint can quote a learner's values: in HTML it is text, never markup."""
+    from course_lib.checks import FoldedHint
+
+    attack = 'Likely bug: </pre></details><img src=x onerror="alert(1)"><script>alert(2)</script>'
+    shown = FoldedHint(attack)._repr_html_()
+    assert "<img" not in shown and "<script" not in shown and "&lt;/pre&gt;&lt;/details&gt;&lt;img" in shown
+    assert shown.startswith("<details") and shown.count("</details>") == 1 and repr(FoldedHint(attack)) == attack
 
 
 @pytest.mark.parametrize("set_name", SETS)
 def test_every_failure_fits_the_validate_dialog(set_name):
     """nbgrader's Validate indents each line of a failure by 4 and cuts it at 87 characters: every
-    known-wrong answer's message, as the notebook shows it, fits in WIDTH = 80, cut at word boundaries."""
-    from course_lib.checks import WIDTH, CheckFailed
+    known-wrong answer's symptom, as the notebook shows it, fits in WIDTH = 80, cut at word boundaries."""
+    from course_lib.checks import HINT_BELOW, WIDTH, CheckFailed, ladder
 
     for exercise, known in mutants(set_name).items():
         for mutant, answer in known.items():
@@ -90,8 +107,9 @@ def test_every_failure_fits_the_validate_dialog(set_name):
                 continue
             kind, message = result.messages[0].split(": ", 1)
             assert kind == "CheckFailed", result.messages
+            symptom, hint = ladder(message)
             shown = [line[5:-4] for line in CheckFailed(message)._render_traceback_()]
-            assert " ".join(shown).split() == message.split()
+            assert " ".join(shown).split() == (symptom + (f" {HINT_BELOW}" if hint else "")).split()
             assert max(len(line) for line in shown) <= WIDTH, f"{exercise} [{mutant}]:\n" + "\n".join(shown)
 
 
@@ -174,6 +192,38 @@ def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
         manager.shutdown_kernel(now=True)
 
 
+def test_a_failed_check_in_a_notebook_shows_the_symptom_then_the_folded_hint():
+    """In a real kernel (what JupyterLab runs), set 03 with the features permuted instead of the
+    rows: the error output is the symptom alone (PERM and X spelled out), then a display output
+    holds the likely bug, folded in a <details> element (text/plain: the hint's own line)."""
+    from jupyter_client.manager import start_new_kernel
+
+    from course_lib.checks import HINT_BELOW, RED, PLAIN
+
+    set_name = "03_permutation"
+    nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
+    outputs: list[dict] = []
+    manager, kernel = start_new_kernel(kernel_name="python3", cwd=str(ROOT / "exercises" / set_name))
+    try:
+        for source in (cell["setup"], mutants(set_name)["permute_rows"]["permutes the features"]):
+            assert _run_in(kernel, source) == ("", [])
+        kernel.execute_interactive(cell["permute_rows_check"], output_hook=lambda m: outputs.append(m), timeout=60)
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel(now=True)
+    shown = [(m["msg_type"], m["content"]) for m in outputs if m["msg_type"] in ("error", "display_data", "stream")]
+    assert [kind for kind, _ in shown] == ["error", "display_data"], shown
+    symptom = "\n".join(line.removeprefix(RED).removesuffix(PLAIN) for line in shown[0][1]["traceback"])
+    assert symptom.startswith("permute_rows(X, PERM)") and "  PERM: [2, 0, 3, 1]" in symptom, symptom
+    assert "  X, shape (4, 4): [[1.0, 0.0, 2.0, 0.0]" in symptom and symptom.endswith(HINT_BELOW), symptom
+    assert "Likely bug" not in symptom and "features" not in symptom, symptom
+    data = shown[1][1]["data"]
+    assert data["text/plain"] == "Likely bug: you permuted the columns (features); permute the rows (tokens)"
+    assert data["text/html"].startswith('<details class="tr-hint"><summary>Show the likely bug</summary>')
+    assert "you permuted the columns (features)" in data["text/html"]
+
+
 def test_validate_prints_every_failure_whole(tmp_path):
     """`nbgrader validate`, which the Validate button runs, on set 01 with two wrong answers and a
     stub: each failure is shown whole, in lines that Validate does not cut (it cuts at 87 characters,
@@ -182,7 +232,7 @@ def test_validate_prints_every_failure_whole(tmp_path):
     import subprocess
     import sys
 
-    from course_lib.checks import WIDTH
+    from course_lib.checks import HINT_BELOW, WIDTH
     from exercise_harness import solution_notebook
 
     set_name = "01_attention_scores"
@@ -205,11 +255,12 @@ def test_validate_prints_every_failure_whole(tmp_path):
     lines = [line for line in printed.splitlines() if set(line) != {"="}]
     assert max(len(line) for line in lines) <= 4 + WIDTH, printed
     words = " ".join(printed.split())
-    for whole in ("softmax_rows(LOGITS): wrong values. Likely bug: softmax over the wrong axis? Each row (last "
-                  "dimension) must sum to 1 expected: [[0.09, 0.2447, 0.6652], [0.5, 0.5, 0.0]]",
-                  "Likely bug: mask applied after the softmax? Masked scores must become -inf before it, so the "
-                  "rest renormalize", "`row_entropy` is not written yet"):
+    for whole in ("softmax_rows(LOGITS): wrong values. LOGITS, shape (2, 3): [[1.0, 2.0, 3.0], [1000.0, 1000.0, "
+                  "0.0]] expected: [[0.09, 0.2447, 0.6652], [0.5, 0.5, 0.0]]", "`row_entropy` is not written yet",
+                  "weights of attend(Q, K, V, MASK): wrong values.", HINT_BELOW):
         assert whole in words, printed
+    # The likely bugs are the second step: Validate shows the symptoms only.
+    assert "Likely bug" not in words and "wrong axis" not in words and "after the softmax" not in words, printed
 
 
 @pytest.mark.parametrize("set_name,exercise,answer", [(s, e, a) for s in SETS for e, ans in ready_made(s).items() for a in ans])
@@ -244,9 +295,12 @@ def test_a_result_of_another_dtype_gets_a_message_naming_both_dtypes():
 @pytest.mark.parametrize("set_name,exercise,mutant,words",
                          [(s, e, m, w) for s in SETS for e, ms in hints(s).items() for m, w in ms.items()])
 def test_visible_check_names_the_likely_bug(set_name, exercise, mutant, words):
-    """Each likely wrong answer is told its bug (HINTS in tests/mutants/<set>.py)."""
+    """Each likely wrong answer is told its bug (HINTS in tests/mutants/<set>.py), at the ladder's
+    second step: the hint a notebook folds until asked, not the symptom it shows first."""
+    from course_lib.checks import ladder
+
     result = outcome(set_name, exercise, mutants(set_name)[exercise][mutant])
-    assert any(words in message for message in result.messages), result.messages
+    assert any(words in ladder(message)[1] for message in result.messages), result.messages
 
 
 @pytest.mark.parametrize("set_name", SETS)

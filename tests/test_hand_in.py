@@ -171,6 +171,21 @@ def test_the_judge_keeps_the_points_of_a_right_record_only():
         "HiddenTestFailed: softmax_rows: scores of shape (5,): wrong values")
 
 
+def test_a_failed_visible_check_keeps_its_hint_ladder_in_feedback():
+    """The grader's replay of the check shows what the notebook shows: the symptom as the error,
+    the likely bug after it, folded in a <details> element (and as the hint's line in text)."""
+    from course_lib.checks import HINT_BELOW
+
+    nb, _ = JudgeHandIns().preprocess(graded_notebook(record_output(wrong_softmax_rows)),
+                                      {"hand_in_plans": {"softmax_rows": PLAN}})
+    error, folded = nb.cells[0].outputs[-2:]
+    assert error.output_type == "error" and error.traceback[-1] == HINT_BELOW
+    assert error.traceback[0].startswith("CheckFailed: softmax_rows(LOGITS): the answer contains NaN")
+    assert "Likely bug" not in "\n".join(error.traceback)
+    assert folded.output_type == "display_data" and folded.data["text/plain"].startswith("Likely bug: exp() overflow")
+    assert folded.data["text/html"].startswith("<details") and "Show the likely bug" in folded.data["text/html"]
+
+
 def test_a_cell_whose_hidden_tests_were_not_planned_earns_nothing():
     nb = graded_notebook(record_output(softmax_rows))
     nb, _ = JudgeHandIns().preprocess(nb, {"hand_in_plans": {}})

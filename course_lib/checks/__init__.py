@@ -2,10 +2,16 @@
 
 A check runs the learner's function on a tiny input. A right answer prints one green line,
 "✔ <exercise>: passed". A wrong one raises CheckFailed (an AssertionError, so nbgrader's tests
-fail too): what is wrong, the likely bug when the answer matches a known mistake, and the
-expected vs the got values. Its `_render_traceback_` makes IPython show only that message, not
-the check's internals, wrapped to fit nbgrader's Validate dialog. An unanswered stub
-(`raise NotImplementedError()`) gets a message saying what to do.
+fail too), whose message is a hint ladder:
+1. the symptom: what is wrong, the inputs the check used (spelled out, since the learner cannot
+   see the check's constants) and the expected vs the got values;
+2. last, on a line of its own, the likely bug ("Likely bug: ..."), when the answer matches a
+   known mistake.
+In a notebook the learner sees step 1 (its `_render_traceback_`: only that, not the check's
+internals, wrapped to fit nbgrader's Validate dialog), and step 2 only on request: it follows as
+an HTML <details> element that opens on a click (its text/plain, for text-only readers, is the
+hint itself, after the symptom). An unanswered stub (`raise NotImplementedError()`) gets a
+message saying what to do.
 
 Each check cell imports its own check, so a check cell run before the notebook's setup cell
 reaches this module; it then asks IPython to answer the NameError that follows with the cell to
@@ -18,7 +24,9 @@ import builtins
 import contextlib
 import dis
 import functools
+import html
 import inspect
+import re
 import sys
 import textwrap
 import threading
@@ -48,15 +56,51 @@ def wrap(text: str, width: int = WIDTH) -> list[str]:
     return lines
 
 
+# How a message's second step starts: the named likely bug, or the list of things to check.
+HINT_STARTS = ("Likely bug: ", "Things to check: ")
+# What the notebook shows in place of the hint, until the learner opens it.
+HINT_BELOW = "Stuck? Open “Show the likely bug” under this message."
+
+
+def ladder(message: str) -> tuple[str, str]:
+    """(symptom, hint) of a check's message: the hint is its first "Likely bug: ..." or "Things to
+    check: ..." sentence, up to the end of that line (empty if none); the symptom is the rest."""
+    starts = [i for i in (message.find(start) for start in HINT_STARTS) if i >= 0]
+    if not starts:
+        return message, ""
+    start = min(starts)
+    end = message.find("\n", start)
+    end = len(message) if end < 0 else end
+    return (message[:start].rstrip() + message[end:]).rstrip(), message[start:end].strip()
+
+
 class CheckFailed(AssertionError):
-    """A failed check: IPython shows its message alone (no traceback through course_lib).
+    """A failed check: IPython shows its symptom alone (no traceback through course_lib), and
+    `_show_hint` the likely bug after it, folded.
 
     The message keeps each sentence on one line (tests and hints search it whole); only
     what IPython shows is wrapped.
     """
 
     def _render_traceback_(self) -> list[str]:
-        return [f"{RED}{line}{PLAIN}" for line in wrap(str(self))]
+        symptom, hint = ladder(str(self))
+        return [f"{RED}{line}{PLAIN}" for line in wrap(symptom + (f"\n{HINT_BELOW}" if hint else ""))]
+
+
+class FoldedHint:
+    """Step 2 of the ladder, as a notebook shows it: closed until clicked (text/html), or the
+    hint's plain line (text/plain: nbgrader's feedback text, nbval). The hint may quote the
+    learner's values, so its HTML is escaped."""
+
+    def __init__(self, hint: str) -> None:
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return self.hint
+
+    def _repr_html_(self) -> str:
+        return ('<details class="tr-hint"><summary>Show the likely bug</summary>'
+                f'<pre style="white-space:pre-wrap;margin:4px 0 0 0">{html.escape(self.hint)}</pre></details>')
 
 
 def _where_in_your_code(error: BaseException) -> str:
@@ -154,18 +198,58 @@ def exercise_check(check: Callable) -> Callable:
         name = getattr(fn, "__name__", "your function")
         try:
             check(_recorded(fn), *args, **kwargs)
-        except CheckFailed:
-            raise
         except NotImplementedError:
             raise CheckFailed(f"`{name}` is not written yet: replace `raise NotImplementedError()` "
                               "with your code, run that cell, then run this check again") from None
-        except AssertionError as error:
-            raise CheckFailed(str(error)) from None
+        except AssertionError as error:  # CheckFailed too: each becomes a ladder, the inputs shown
+            symptom, hint = ladder(str(error))
+            raise CheckFailed(_with_inputs(symptom, check) + (f"\n{hint}" if hint else "")) from None
         except Exception as error:  # the learner's code raised: name it, and where, in one line
             raise CheckFailed(f"`{name}` raised {type(error).__name__}: {error}{_where_in_your_code(error)}") from None
 
     run.is_exercise_check = True  # a cell that calls it is a check cell (see _missing_name_advice)
     return run
+
+
+# A check's constant named in a message (X, PERM, LOGITS): upper case, not a call.
+_CONSTANT = re.compile(r"(?<![\w.`])([A-Z][A-Z0-9_]*)(?![\w(])")
+# An input is shown whole up to about three lines of a notebook (wrapped there), cut beyond.
+INPUT_ROOM = 3 * WIDTH - 20
+_WORD = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)(?!\w)")
+
+
+def _spelled_out(name: str, value: object) -> str | None:
+    """One line showing a check's input `name` to the learner, cut to WIDTH; None if not an input."""
+    if isinstance(value, Tensor):
+        shape = f", shape {tuple(value.shape)}" if value.dim() >= 2 else ""
+        prefix = f"  {name}{shape}: "
+        return prefix + _cut(_fmt(value), INPUT_ROOM - len(prefix))
+    if isinstance(value, (list, tuple, dict, int, float)) and not isinstance(value, bool):
+        prefix = f"  {name}: "
+        return prefix + _cut(repr(value), INPUT_ROOM - len(prefix))
+    if inspect.isfunction(value) and value.__doc__:  # a function the check applies: its docstring's first sentence
+        summary = value.__doc__.strip().splitlines()[0].split(". ")[0].rstrip(".")
+        return f"  {name}({', '.join(inspect.signature(value).parameters)}): {summary}"
+    return None
+
+
+def _with_inputs(symptom: str, check: Callable) -> str:
+    """`symptom` with, after its first line, the check's inputs that it names: the learner cannot
+    see the check's module, so `X` or `sums_with_all` alone would mean nothing to them.
+
+    Inputs are the check module's upper-case constants (tensors, lists, numbers) and its own
+    helper functions (not the checks, not private ones), each named in the symptom."""
+    namespace, module = check.__globals__, check.__module__
+    names = list(dict.fromkeys(_CONSTANT.findall(symptom)))
+    names += [w for w in dict.fromkeys(_WORD.findall(symptom)) if inspect.isfunction(namespace.get(w))
+              and namespace[w].__module__ == module and not w.startswith(("check_", "_"))]
+    lines = [line for line in (_spelled_out(n, namespace[n]) for n in names if n in namespace) if line]
+    if not lines:
+        return symptom
+    # Before the expected and got values, if any: what went in, then what came out.
+    at = symptom.find("\n  expected: ")
+    at = len(symptom) if at < 0 else at
+    return "\n".join([symptom[:at], *lines]) + symptom[at:]
 
 
 def call(label: str, fn: Callable, *args, hint: str = ""):
@@ -216,9 +300,9 @@ def compare(name: str, got: object, expected: Tensor, likely_bugs: Mapping[str, 
     if torch.allclose(got.to(expected.dtype), expected, atol=atol, rtol=1e-4, equal_nan=False):
         # Right numbers: only the dtype can still be wrong (it decides the hidden tests' comparisons).
         if got.is_floating_point() and expected.is_floating_point() and got.dtype != expected.dtype:
-            raise CheckFailed(f"{name}: right values but dtype {got.dtype}, expected {expected.dtype}. Keep the "
-                              "input's dtype: make new tensors with dtype=x.dtype (torch.tensor, torch.zeros and "
-                              "torch.arange give float32 otherwise) and leave out .double() or .float()")
+            raise CheckFailed(f"{name}: right values but dtype {got.dtype}, expected {expected.dtype}. Likely bug: "
+                              "a new tensor made without dtype=x.dtype (torch.tensor, torch.zeros and torch.arange "
+                              "give float32 otherwise), or a .double() or .float(); keep the input's dtype")
         return
     values = _expected_and_got(got, expected, atol)
     for hint, wrong in (likely_bugs or {}).items():
@@ -373,13 +457,27 @@ def _missing_name_advice(namespace: dict, error: NameError, tb: TracebackType | 
     return None
 
 
-def _answer_name_error(shell, etype: type, value: NameError, tb: TracebackType | None,
+def _answer_name_error(shell, etype: type, value: BaseException, tb: TracebackType | None,
                        tb_offset: int | None = None) -> None:
-    """IPython's custom handler for NameError: the advice as the whole traceback, when there is advice."""
+    """IPython's custom handler for NameError: the advice as the whole traceback, when there is advice.
+
+    It also handles CheckFailed (IPython takes one handler): see _show_hint."""
+    if isinstance(value, CheckFailed):
+        return _show_hint(shell, etype, value, tb, tb_offset)
     advice = _missing_name_advice(shell.user_ns, value, tb)
     if advice is not None:  # IPython shows an exception's _render_traceback_ instead of a traceback
         value._render_traceback_ = lambda: [f"{RED}{line}{PLAIN}" for line in wrap(advice)]
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def _show_hint(shell, etype: type, value: CheckFailed, tb: TracebackType | None, tb_offset: int | None = None) -> None:
+    """A failed check in a notebook: the symptom as the error (what Validate lists too), then the
+    likely bug folded under it, so that the learner opens it only when they want it."""
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    hint = ladder(str(value))[1]
+    if hint:
+        from IPython.display import display  # only reached inside IPython
+        display(FoldedHint(hint))
 
 
 def _explain_missing_names() -> None:
@@ -387,7 +485,7 @@ def _explain_missing_names() -> None:
     ipython = sys.modules.get("IPython")  # not loaded: not in a notebook (nbgrader's judge, tests)
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None and not shell.custom_exceptions:  # never replace someone else's handler
-        shell.set_custom_exc((NameError,), _answer_name_error)
+        shell.set_custom_exc((NameError, CheckFailed), _answer_name_error)
 
 
 _explain_missing_names()

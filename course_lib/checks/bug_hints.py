@@ -5,6 +5,7 @@
   (Python's `max(0, h)` on a tensor raises "Boolean value of Tensor ... is ambiguous"), so an
   error it does not know gets no hint rather than a wrong one.
 - `results_in_order`: (weights, output) returned for (output, weights), told by their shapes.
+- `integer_ids`: token ids returned as floats, named with where floats usually come from.
 - `name_shape_bug`: `compare` says only "expected shape (2, 4), got (2, 5)"; some wrong shapes
   are the mark of one mistake (the start token kept: one column too many), and this names it.
 """
@@ -35,6 +36,14 @@ def call_naming(label: str, fn: Callable, *args, bugs: Mapping[str, str]) -> obj
         if hint is None:
             raise
         raise AssertionError(f"{label} raised {text}. Likely bug: {hint}") from None
+
+
+def integer_ids(label: str, got: object) -> None:
+    """Raise when `got` is a float tensor where token ids (dtype long) belong."""
+    if isinstance(got, Tensor) and got.is_floating_point():
+        raise AssertionError(f"{label} must return integer token ids (dtype long), got {got.dtype}. Likely bug: "
+                             "a float tensor where ids belong (torch.full or torch.zeros without dtype=torch.long, "
+                             "or a division); build them from the ids, e.g. with torch.full_like(ids, ...)")
 
 
 def name_shape_bug(name: str, got: object, expected: tuple[int, ...], bugs: Mapping[tuple[int, ...], str]) -> None:

@@ -12,7 +12,7 @@ from ..copying import (gap_needed, hand_set_induction_model, induction_batch, ov
                     position_copy_head)
 from ..training import IGNORE
 from . import call, compare, exercise_check, passed
-from .bug_hints import call_naming
+from .bug_hints import call_naming, integer_ids
 from .hand_in import Case, Exercise
 
 
@@ -130,8 +130,7 @@ def check_induction_targets(induction_targets: Callable) -> None:
     first = torch.tensor([[IGNORE, IGNORE, IGNORE, 6, IGNORE, 6, 5], [IGNORE, 3, 3, IGNORE, 3, 3, IGNORE]])
     itself = torch.where(want == IGNORE, want, IDS)
     next_token = torch.cat([IDS[:, 1:], torch.full_like(IDS[:, :1], IGNORE)], 1)  # ids[i + 1] everywhere
-    if isinstance(got, Tensor) and got.is_floating_point():
-        raise AssertionError(f"{label} must return integer token ids (dtype long), got {got.dtype}")
+    integer_ids(label, got)
     compare(label, got.double() if isinstance(got, Tensor) else got, want.double(), {
         "the FIRST earlier occurrence: the induction head copies what followed the most recent one":
             first.double(),

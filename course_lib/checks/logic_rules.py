@@ -13,7 +13,7 @@ from ..logic_rules import (KINSHIP_RULES, PEOPLE, RELATIONS, RULES, composition_
                            fit_power_law, handset_model, rule_targets, sentence_batch)
 from ..training import IGNORE
 from . import call, compare, exercise_check, passed
-from .bug_hints import name_shape_bug
+from .bug_hints import integer_ids, name_shape_bug
 from .hand_in import Case, Exercise
 
 # A vocabulary of 6 tokens: people A = 0, B = 1; relations p = 2, q = 3; answers s = 4, t = 5.
@@ -42,9 +42,7 @@ def _targets(ids: Tensor, lookup: Tensor, swap: bool = False, move_y: bool = Tru
 @exercise_check
 def check_compose_targets(compose_targets: Callable) -> None:
     got = call("compose_targets(IDS, LOOKUP)", compose_targets, IDS.clone(), LOOKUP.clone())
-    if isinstance(got, Tensor) and got.is_floating_point():
-        raise AssertionError("compose_targets(IDS, LOOKUP) must return integer token ids (dtype long), "
-                             f"got {got.dtype}")
+    integer_ids("compose_targets(IDS, LOOKUP)", got)
     name_shape_bug("compose_targets(IDS, LOOKUP)", got, IDS.shape, {
         (len(IDS), 3): "position 3 was dropped: keep four columns, with -100 (no target) at position 3"})
     compare("compose_targets(IDS, LOOKUP)  (rows: A p q B, B q p A, B p p B; p q -> 4, q p -> 5, p p -> 4)",

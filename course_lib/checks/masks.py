@@ -65,8 +65,9 @@ def _compare_mask(name: str, got: object, expected: Tensor, likely_bugs: Mapping
     _shape_first(name, got, expected, shape_hints)
     compare(name, got.to(torch.float32), expected.float(), {hint: m.float() for hint, m in likely_bugs.items()})
     if got.dtype != torch.bool:
-        raise AssertionError(f"{name}: the values are right but the dtype is {got.dtype}; return a boolean tensor "
-                             "(True = may attend), e.g. with a comparison such as `<=`")
+        raise AssertionError(f"{name}: the values are right but the dtype is {got.dtype}, not torch.bool (True = "
+                             "may attend). Likely bug: 0/1 numbers where a boolean tensor belongs; a comparison such "
+                             "as `<=` gives one")
 
 
 @exercise_check

@@ -181,7 +181,9 @@ def check_add_learned_positions(add_learned_positions: Callable) -> None:
         numbers = set(re.findall(r"\d+", str(error)))
         if not {"5", "3"} <= numbers:
             raise AssertionError("the ValueError must name the sequence length (5) and the table's rows (3), "
-                                 f"got the message {str(error)!r}\n{asked}  got:      ValueError: {error}") from None
+                                 f"got the message {str(error)!r}\n{asked}  got:      ValueError: {error}\n"
+                                 "Likely bug: a message without the numbers; put both in it, e.g. with an "
+                                 "f-string") from None
     except Exception as error:
         raise AssertionError(f"got {type(error).__name__} instead of ValueError. Likely bug: no length check, so the "
                              "error comes from deep inside torch; compare T with the table's rows first\n"

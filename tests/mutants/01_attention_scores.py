@@ -75,8 +75,8 @@ HINTS = {
         "no division by the row sum": "forget to divide by the row sum",
         "max without keepdim": "keepdim=True",
         "sum without keepdim": "keepdim=True",
-        "changes x in place": "changed its input `x` in place",
-        "returns float64": "right values but dtype torch.float64, expected torch.float32",
+        "changes x in place": "an in-place operation",
+        "returns float64": "a new tensor made without dtype=x.dtype",
     },
     "score_matrix": {
         "no scale": "did you divide by sqrt(d_k)?",
@@ -102,7 +102,7 @@ HINTS = {
         "sum over the wrong axis": "summed over the wrong axis",
         "mean instead of sum": "the mean over the weights instead of the sum",
         "keepdim=True": "keepdim=True",
-        "changes w in place": "changed its input `w` in place",
+        "changes w in place": "an in-place operation",
     },
 }
 

@@ -93,7 +93,7 @@ HINTS = {
     "causal": {
         "diagonal excluded": "the diagonal is excluded",
         "upper triangle": "upper triangle",
-        "float 0/1 instead of bool": "return a boolean tensor",
+        "float 0/1 instead of bool": "0/1 numbers where a boolean tensor belongs",
         "inverted (True = masked)": "inverted: True must mean 'may attend'",
         "one future key allowed": "one future key allowed",
         "additive mask (0 and -inf)": "an additive mask",
@@ -105,7 +105,7 @@ HINTS = {
         "padding at the start": "padding at the start",
         "size-1 axis last": "the axis of size 1 is in the wrong place",
         "size-1 axis first": "the axis of size 1 is in the wrong place",
-        "float 0/1 instead of bool": "return a boolean tensor",
+        "float 0/1 instead of bool": "0/1 numbers where a boolean tensor belongs",
     },
     "masked_softmax": {
         "NaN on fully masked rows": "0/0 = NaN",

@@ -95,7 +95,7 @@ HINTS = {
         "permutes the features": "you permuted the columns (features)",
         "indexes the first axis": "tokens are the second-to-last axis",
         "indexes axis 1": "you permuted the columns (features)",  # X is (T, D): axis 1 is the features
-        "changes x in place": "changed its input `x` in place",
+        "changes x in place": "an in-place operation",
     },
     "equivariance_gap": {
         "compares with the unpermuted output": "you compared f(permuted x) with f(x) itself",

@@ -116,7 +116,7 @@ HINTS = {
         "multiplied by 10000^(2j/d)": "multiplied by 10000^(2j/d) instead of dividing by it",
         "exponent j/d": "the exponent is 2j/d, not j/d",
         "positions start at 1": "positions start at 0",
-        "float64 table": "right values but dtype torch.float64, expected torch.float32",
+        "float64 table": "a new tensor made without dtype=x.dtype",
     },
     "offset_rotation": {
         "turns the wrong way": "the rotation turns the wrong way",
@@ -138,7 +138,7 @@ HINTS = {
         "no length check": "no length check",
         "positions wrap around": "positions wrapped around",
         "row 0 at every position": "every position got row 0 of the table",
-        "message without the numbers": "must name the sequence length (5) and the table's rows (3)",
+        "message without the numbers": "a message without the numbers",
         "last rows of the table": "used the last rows of the table",
         "refuses a sequence as long as the table": "a sequence as long as the table fits",
         "adds the whole table": "uses its first T rows",

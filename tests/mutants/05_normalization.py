@@ -140,7 +140,7 @@ HINTS = {
         "momentum on the wrong side": "momentum on the wrong side",
         "n is the batch size": "n is the batch size",
         "n counts every number": "n counts every number",
-        "updates in place": "changed its input `running_mean` in place",
+        "updates in place": "an in-place operation",
     },
     "layer_norm_rows": {
         "unbiased variance (torch.var's default)": "unbiased variance",

@@ -117,8 +117,8 @@ HINTS = {
         "relations looked up in the wrong order": "wrong order",
         "Y not moved": "Y stays at position 3",
         "no IGNORE at position 3": "position 3 must be IGNORE",
-        "writes into ids": "changed its input `ids`",
-        "float targets": "dtype long",
+        "writes into ids": "an in-place operation",
+        "float targets": "a float tensor where ids belong",
         "three columns": "position 3 was dropped",
     },
     "composition_unembedding": {
@@ -126,7 +126,7 @@ HINTS = {
         "no correction for alpha e(r1)": "subtract 1",
         "assigns where it must add": "added to (+=)",
         "first and second relations swapped": "are swapped",
-        "float32": "dtype torch.float32",
+        "float32": "a new tensor made without dtype=x.dtype",
         "mix columns first": "mix columns come first",
     },
     "xor_squares": {

@@ -132,7 +132,7 @@ HINTS = {
     },
     "silence_head": {
         "rows instead of columns": "COLUMNS",
-        "zeroed in place": "changed its input `w_out`",
+        "zeroed in place": "an in-place operation",
         "every H-th column": "not every H-th",
         "one column only": "not the single column",
         "head starts at column h": "not at column h",
