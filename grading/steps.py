@@ -75,7 +75,8 @@ def check_failure_outputs(message: str) -> list:
     symptom, hint = ladder(message)
     if not hint:
         return [error_output("CheckFailed", message)]
-    error = new_output("error", ename="CheckFailed", evalue=message,
+    # the value too, since HideHiddenTests rebuilds a test cell's traceback from it
+    error = new_output("error", ename="CheckFailed", evalue=f"{symptom}\n{HINT_BELOW}",
                        traceback=[f"CheckFailed: {symptom}", HINT_BELOW])
     folded = FoldedHint(hint)
     return [error, new_output("display_data", data={"text/plain": repr(folded), "text/html": folded._repr_html_()})]

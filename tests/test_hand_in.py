@@ -8,6 +8,7 @@ a kernel could send: right answers, wrong ones, forged and malformed records.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import math
 
@@ -184,6 +185,13 @@ def test_a_failed_visible_check_keeps_its_hint_ladder_in_feedback():
     assert "Likely bug" not in "\n".join(error.traceback)
     assert folded.output_type == "display_data" and folded.data["text/plain"].startswith("Likely bug: exp() overflow")
     assert folded.data["text/html"].startswith("<details") and "Show the likely bug" in folded.data["text/html"]
+    # the feedback's cleaner, which shortens a test cell's error to its name and value, keeps step 1 alone
+    from grading.steps import HideHiddenTests
+
+    error = copy.deepcopy(error)
+    HideHiddenTests._clean(nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS",
+                                                     outputs=[error]), set())
+    assert "Likely bug" not in "\n".join(error.traceback) and error.traceback[0].endswith(HINT_BELOW)
 
 
 def test_a_cell_whose_hidden_tests_were_not_planned_earns_nothing():
