@@ -146,12 +146,16 @@ def sentence_batch(rules: Rules, people: Sequence[str], batch: int = 128
     ids = torch.tensor([TOKEN[p] for p in _require_people("people", people)])
     pairs = torch.tensor([[TOKEN[a], TOKEN[b]] for a, b in rules])  # (R, 2)
     require_count("batch", batch)
+    composed = torch.tensor([TOKEN[c] for c in rules.values()])  # (R,): r1 o r2 of each rule
+    ignore = torch.full((batch, 1), IGNORE)
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         rule = torch.randint(len(pairs), (batch,), generator=generator)
         x, y = ids[torch.randint(len(ids), (2, batch), generator=generator)]  # (B,) each
         sentences = torch.cat([x[:, None], pairs[rule], y[:, None]], dim=1)  # (B, 4)
-        return sentences, rule_targets(sentences, rules)
+        # rule_targets(sentences, rules), from the rule drawn: it runs every training step
+        targets = torch.cat([x[:, None], composed[rule, None], y[:, None], ignore], dim=1)
+        return sentences, targets
 
     return make_batch
 
@@ -313,9 +317,12 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     model = DecoderOnly(config).double()
     if not content:
         for linear in (model.attention.query, model.attention.key):
-            linear.requires_grad_(False)
-            nn.init.zeros_(linear.weight)
-            nn.init.zeros_(linear.bias)
+            # zero buffers, not frozen parameters: the model's parameters are then all trained,
+            # and Adam takes its one-call-for-all step (training.Adam), the same numbers faster
+            for name in ("weight", "bias"):
+                zeros = torch.zeros_like(getattr(linear, name)).detach()
+                delattr(linear, name)
+                linear.register_buffer(name, zeros)
     train_tiny_model(model, sentence_batch(rules, people, batch), steps, lr, seed)
     return model
 
@@ -570,7 +577,8 @@ def _require_widths(d_ffs: object) -> None:
 
 
 def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: int = N_ANSWERS,
-                        seeds: Sequence[int] = (0,), steps: int = 80, lr: float = 0.06) -> Tensor:
+                        seeds: Sequence[int] = (0,), steps: int = 80, lr: float = 0.06,
+                        workers: int = 1) -> Tensor:
     """Rules right when every weight of the layer is trained: (len(seeds), len(d_ffs)) int64.
 
     For each seed and width, the layer, table and keys of rules_right(d_ff, n_relations,
@@ -580,8 +588,10 @@ def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: 
     Adam) on the cross-entropy of the answers, the whole table in every step. A rule is right
     as in rules_right (its answer strictly the largest). All widths and seeds train in one run:
     the loss is the sum of theirs and Adam moves each weight by its own gradient only, so each
-    model ends as it would trained alone. float32; keys (S, N, 2 d_model) -> outputs
-    (S, N, n_answers), S seeds, N = n_relations^2 rules.
+    model ends as it would trained alone. workers > 1 splits the seeds into that many groups
+    trained at once (training.run_each): the same counts, in less wall time on as many cores.
+    float32; keys (S, N, 2 d_model) -> outputs (S, N, n_answers), S seeds, N = n_relations^2
+    rules.
     """
     _require_widths(d_ffs)
     require_count("n_relations", n_relations, minimum=2)
@@ -591,6 +601,12 @@ def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: 
         require_count("seeds", seed, minimum=0)
     require_count("steps", steps)
     require_number("lr", lr, positive=True)
+    require_count("workers", workers)
+    if workers > 1 and len(seeds) > 1:
+        size = math.ceil(len(seeds) / workers)
+        groups = [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+        job = functools.partial(trained_rules_right, d_ffs, n_relations, n_answers, steps=steps, lr=lr)
+        return torch.cat(run_each(job, groups, workers))  # job(group): the group's seeds
     n, n_seeds = n_relations, len(seeds)
     layers = []  # per width: keys (S, N, 2 d_model), table (S, N), then the trained weights
     for d_ff in d_ffs:

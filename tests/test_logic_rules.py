@@ -355,6 +355,8 @@ def test_trained_rules_right_trains_each_seed_and_width_as_it_would_alone():
     assert together.shape == (2, 2) and together.dtype == torch.int64
     assert int(together[1, 1]) == int(alone[0, 0])
     assert together[0].tolist() != together[1].tolist()  # each seed its own table and layer
+    split = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3, 5], steps=15, workers=2)
+    assert torch.equal(split[:2], together) and split.shape == (3, 2)
 
 
 def test_trained_rules_right_fits_a_table_it_can_hold_and_not_one_it_cannot():
