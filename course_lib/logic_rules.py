@@ -30,7 +30,7 @@ from .copying import position_copy_head
 from .guards import (require_bool, require_count, require_float, require_float_dtype, require_instance,
                      require_integer, require_items, require_number, require_token_ids)
 from .model import DecoderOnly, ModelConfig
-from .training import IGNORE, run_each, train_tiny_model
+from .training import IGNORE, run_each, train, train_tiny_model
 
 # ---------------------------------------------------------------- the relation world
 
@@ -146,12 +146,16 @@ def sentence_batch(rules: Rules, people: Sequence[str], batch: int = 128
     ids = torch.tensor([TOKEN[p] for p in _require_people("people", people)])
     pairs = torch.tensor([[TOKEN[a], TOKEN[b]] for a, b in rules])  # (R, 2)
     require_count("batch", batch)
+    composed = torch.tensor([TOKEN[c] for c in rules.values()])  # (R,): r1 o r2 of each rule
+    ignore = torch.full((batch, 1), IGNORE)
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         rule = torch.randint(len(pairs), (batch,), generator=generator)
         x, y = ids[torch.randint(len(ids), (2, batch), generator=generator)]  # (B,) each
         sentences = torch.cat([x[:, None], pairs[rule], y[:, None]], dim=1)  # (B, 4)
-        return sentences, rule_targets(sentences, rules)
+        # rule_targets(sentences, rules), from the rule drawn: it runs every training step
+        targets = torch.cat([x[:, None], composed[rule, None], y[:, None], ignore], dim=1)
+        return sentences, targets
 
     return make_batch
 
@@ -313,9 +317,12 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     model = DecoderOnly(config).double()
     if not content:
         for linear in (model.attention.query, model.attention.key):
-            linear.requires_grad_(False)
-            nn.init.zeros_(linear.weight)
-            nn.init.zeros_(linear.bias)
+            # zero buffers, not frozen parameters: the model's parameters are then all trained,
+            # and Adam takes its one-call-for-all step (training.Adam), the same numbers faster
+            for name in ("weight", "bias"):
+                zeros = torch.zeros_like(getattr(linear, name)).detach()
+                delattr(linear, name)
+                linear.register_buffer(name, zeros)
     train_tiny_model(model, sentence_batch(rules, people, batch), steps, lr, seed)
     return model
 
@@ -462,6 +469,16 @@ N_ANSWERS = 48  # answers of a random rule table: each rule holds log2(48) = 5.6
 TABLE_RELATIONS = 111  # lesson 07's one table: 111^2 = 12,321 rules, 16 per unit of d_ff = 768
 
 
+def _random_layer(n_relations: int, d_ff: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """The random draw of a capacity layer, in this order: embeddings (n_relations, d_model),
+    first-layer weights (2 d_model, d_ff) and biases (d_ff,), d_model = d_ff / 4. float32."""
+    d_model = d_ff // 4
+    embed = torch.randn(n_relations, d_model, generator=generator) / math.sqrt(d_model)
+    w_in = torch.randn(2 * d_model, d_ff, generator=generator)
+    b_in = torch.randn(d_ff, generator=generator)
+    return embed, w_in, b_in
+
+
 def random_layer_features(n_relations: int, d_ff: int, generator: torch.Generator) -> Tensor:
     """The hidden units of a random first layer for every pair (r1, r2): (n_relations^2, d_ff + 1).
 
@@ -472,10 +489,8 @@ def random_layer_features(n_relations: int, d_ff: int, generator: torch.Generato
     require_count("n_relations", n_relations)
     require_count("d_ff", d_ff, minimum=4)
     require_instance("generator", generator, torch.Generator)
-    d_model = d_ff // 4
-    embed = torch.randn(n_relations, d_model, generator=generator) / math.sqrt(d_model)
-    w_in = torch.randn(2 * d_model, d_ff, generator=generator)
-    b_in = torch.randn(d_ff, generator=generator)
+    embed, w_in, b_in = _random_layer(n_relations, d_ff, generator)
+    d_model = embed.shape[1]
     first = embed @ w_in[:d_model] + b_in  # (n, d_ff): r1's part, the bias included
     second = embed @ w_in[d_model:]  # (n, d_ff): r2's part
     hidden = torch.relu(first[:, None] + second[None]).reshape(-1, d_ff)  # (n^2, d_ff)
@@ -551,6 +566,77 @@ def capacity_curve(d_ffs: Sequence[int], n_relations: int = TABLE_RELATIONS,
     right, table size)."""
     require_items("d_ffs", d_ffs)
     return torch.tensor([rules_right(d_ff, n_relations, n_answers, seed) for d_ff in d_ffs])
+
+
+def _require_widths(d_ffs: object) -> None:
+    require_items("d_ffs", d_ffs)
+    for d_ff in d_ffs:
+        require_count("d_ffs", d_ff, minimum=4)
+        if d_ff % 4:
+            raise ValueError(f"d_ffs must be multiples of 4 (d_model = d_ff / 4), got {d_ff} in {list(d_ffs)}")
+
+
+def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: int = N_ANSWERS,
+                        seeds: Sequence[int] = (0,), steps: int = 80, lr: float = 0.06,
+                        workers: int = 1) -> Tensor:
+    """Rules right when every weight of the layer is trained: (len(seeds), len(d_ffs)) int64.
+
+    For each seed and width, the layer, table and keys of rules_right(d_ff, n_relations,
+    n_answers, seed): the table and the embeddings [e(r1), e(r2)] (the keys, fixed) drawn as
+    there, the random first layer as the starting point, the output layer starting at zero.
+    Then the first layer and the output layer both learn: the course's loop (training.train,
+    Adam) on the cross-entropy of the answers, the whole table in every step. A rule is right
+    as in rules_right (its answer strictly the largest). All widths and seeds train in one run:
+    the loss is the sum of theirs and Adam moves each weight by its own gradient only, so each
+    model ends as it would trained alone. workers > 1 splits the seeds into that many groups
+    trained at once (training.run_each): the same counts, in less wall time on as many cores.
+    float32; keys (S, N, 2 d_model) -> outputs (S, N, n_answers), S seeds, N = n_relations^2
+    rules.
+    """
+    _require_widths(d_ffs)
+    require_count("n_relations", n_relations, minimum=2)
+    require_count("n_answers", n_answers, minimum=2)
+    require_items("seeds", seeds)
+    for seed in seeds:
+        require_count("seeds", seed, minimum=0)
+    require_count("steps", steps)
+    require_number("lr", lr, positive=True)
+    require_count("workers", workers)
+    if workers > 1 and len(seeds) > 1:
+        size = math.ceil(len(seeds) / workers)
+        groups = [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+        job = functools.partial(trained_rules_right, d_ffs, n_relations, n_answers, steps=steps, lr=lr)
+        return torch.cat(run_each(job, groups, workers))  # job(group): the group's seeds
+    n, n_seeds = n_relations, len(seeds)
+    layers = []  # per width: keys (S, N, 2 d_model), table (S, N), then the trained weights
+    for d_ff in d_ffs:
+        keys, tables, draws = [], [], []
+        for seed in seeds:
+            gen = torch.Generator().manual_seed(seed)
+            tables.append(torch.randint(n_answers, (n * n,), generator=gen))  # rules_right's table
+            embed, w_in, b_in = _random_layer(n, d_ff, gen)
+            pairs = torch.cat([embed.repeat_interleave(n, 0), embed.repeat(n, 1)], dim=1)  # r1-major
+            keys.append(pairs)
+            draws.append((w_in, b_in))
+        weights = [torch.stack([w for w, _ in draws]).requires_grad_(),  # (S, 2 d_model, d_ff)
+                   torch.stack([b[None] for _, b in draws]).requires_grad_(),  # (S, 1, d_ff)
+                   torch.zeros(n_seeds, d_ff, n_answers, requires_grad=True),
+                   torch.zeros(n_seeds, 1, n_answers, requires_grad=True)]
+        layers.append((torch.stack(keys), torch.stack(tables), weights))
+
+    def outputs(keys: Tensor, weights: list[Tensor]) -> Tensor:
+        w_in, b_in, w_out, b_out = weights
+        return torch.relu(torch.baddbmm(b_in, keys, w_in)).bmm(w_out) + b_out  # (S, N, n_answers)
+
+    def loss_of_step(_: int) -> Tensor:
+        # each model's mean cross-entropy over its table, summed over the models
+        return sum(nn.functional.cross_entropy(outputs(keys, w).reshape(-1, n_answers), table.reshape(-1),
+                                               reduction="sum") for keys, table, w in layers) / (n * n)
+
+    train(loss_of_step, [p for *_, weights in layers for p in weights], steps, lr)
+    with torch.no_grad():
+        right = [strictly_right(outputs(keys, w), table).sum(1) for keys, table, w in layers]  # (S,) each
+    return torch.stack(right, dim=1)
 
 
 def _require_numbers(name: str, values: object) -> None:

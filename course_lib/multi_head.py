@@ -217,12 +217,15 @@ def train_two_relations(n_heads: int, n_symbols: int = 6, length: int = 8, d_mod
                         steps: int = 100, lr: float = 0.015, batch: int = 64, seed: int = 0):
     """multi_head_model trained (the course's one loop, via train_tiny_model) on two_relation_batch.
 
+    Training runs in float32 (a step takes about two thirds of float64's time on a CPU; lesson
+    08 trains twenty models), from multi_head_model's float64 weights rounded; the trained
+    model is returned in float64, so that sums of its parts (logit_parts) add up to rounding.
     Returns (model, losses).
     """
     require_count("batch", batch)
-    model = multi_head_model(n_heads, n_symbols, length, d_model, seed)
+    model = multi_head_model(n_heads, n_symbols, length, d_model, seed).float()
     losses = train_tiny_model(model, two_relation_batch(batch, length, n_symbols), steps, lr, seed)
-    return model, losses
+    return model.double(), losses
 
 
 def _require_relation_model(model: object, n_sequences: object = 1) -> int:

@@ -16,7 +16,7 @@ from course_lib.logic_rules import (
     composition_answers, composition_head, composition_lookup, composition_readout, decode, encode, fano_bits,
     fit_power_law, friend_enemy_model, handset_layout, handset_model, nearby_answers, random_layer_features,
     rule_model_run, rule_targets, rules_right, sentence_batch, slot_accuracy, slot_lead, strictly_right,
-    symmetric_gram, train_rule_model, train_rule_models, xor_residue)
+    symmetric_gram, train_rule_model, train_rule_models, trained_rules_right, xor_residue)
 from course_lib.model import DecoderOnly, ModelConfig
 from course_lib.training import IGNORE
 from course_lib.training import run_each
@@ -346,6 +346,32 @@ def test_capacity_curve_counts_are_in_range_and_grow_with_width():
     assert bool((right[1:] > right[:-1]).all()) and bool((right < table).all())
     assert torch.equal(counts, capacity_curve([8, 32, 128], n_relations=30))  # seeded
     assert capacity_curve([32], n_relations=30, seed=1).tolist() != counts[1:2].tolist()
+
+
+def test_trained_rules_right_trains_each_seed_and_width_as_it_would_alone():
+    """All widths and seeds train in one run: no model may move another or read its table."""
+    together = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3], steps=15)
+    alone = trained_rules_right([16], n_relations=12, seeds=[3], steps=15)
+    assert together.shape == (2, 2) and together.dtype == torch.int64
+    assert int(together[1, 1]) == int(alone[0, 0])
+    assert together[0].tolist() != together[1].tolist()  # each seed its own table and layer
+    split = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3, 5], steps=15, workers=2)
+    assert torch.equal(split[:2], together) and split.shape == (3, 2)
+
+
+def test_trained_rules_right_fits_a_table_it_can_hold_and_not_one_it_cannot():
+    # 36 rules, 33 x 4 output weights and a 16 x 32 first layer: room for all of them
+    assert trained_rules_right([32], n_relations=6, n_answers=4, steps=150).tolist() == [[36]]
+    # 1,024 rules of 48 answers at d_ff = 8 (about 700 weights): most stay wrong
+    right = int(trained_rules_right([8], n_relations=32, steps=40)[0, 0])
+    assert 1024 / 48 < right < 1024 / 4
+
+
+def test_training_every_weight_beats_least_squares_on_the_same_table_and_layer():
+    """The lesson's comparison on a small case: the trained count is not the solved one."""
+    trained = trained_rules_right([16], n_relations=20, seeds=[0, 1], steps=80)[:, 0]
+    solved = torch.tensor([rules_right(16, 20, seed=s)[0] for s in (0, 1)])
+    assert bool((trained > 1.1 * solved).all()), (trained, solved)
 
 
 def test_fano_bits_match_the_formula_by_loop_and_its_ends():
