@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
 from .guards import (require_bool, require_broadcasts_to, require_choice, require_count, require_float,
-                     require_index, require_instance, require_mask, require_number, require_same_dtype,
+                     require_index, require_instance, require_items, require_mask, require_number, require_same_dtype,
                      require_same_shape, require_tensor, require_width)
 
 NORM_KINDS = ("batch", "layer", "rms")
@@ -437,3 +437,164 @@ def toy_batch(others: list[str], length: int, padding: int = 0) -> tuple[Tensor,
     x = torch.stack([torch.stack([VOCABULARY[w] for w in r]) for r in rows])  # (B, T, D)
     mask = torch.tensor([[w != PAD for w in r] for r in rows])  # (B, T)
     return x, mask, rows
+
+
+# ---------------------------------------------------------------- convergence with and without a norm
+# Small sigmoid MLPs, one per seed, trained side by side: every parameter has a leading seed axis S,
+# so one matrix product trains all seeds at once (each seed's loss only reaches its own weights).
+
+MLP_NORMS = ("none", "batch", "layer", "rms")
+
+
+def _require_seeds(seeds: object) -> list[int]:
+    """seeds: a non-empty list of ints >= 0."""
+    seeds = list(require_items("seeds", seeds))
+    for seed in seeds:
+        require_count("seed", seed, minimum=0)
+    return seeds
+
+
+def labelled_inputs(seeds: list[int], n: int, shift: float = 0.0, test: bool = False, d_in: int = 16,
+                    n_classes: int = 4) -> tuple[Tensor, Tensor]:
+    """Per seed: n inputs x (S, n, d_in), labels argmax(x W_teacher) (S, n).
+
+    x ~ N(0, 1) moved by `shift` along a unit direction u with W_teacher^T u = 0: the inputs
+    leave the training distribution, while the rule and the share of each class stay the same
+    (a covariate shift). The teacher W_teacher (d_in, n_classes) depends on the seed only.
+    test=True draws other inputs than training.
+    """
+    seeds, n = _require_seeds(seeds), require_count("n", n)
+    shift, test = require_number("shift", shift), require_bool("test", test)
+    d_in, n_classes = require_count("d_in", d_in, minimum=2), require_count("n_classes", n_classes, minimum=2)
+    if n_classes >= d_in:
+        raise ValueError(f"n_classes={n_classes} must be below d_in={d_in}: the shift needs a direction the "
+                         "teacher ignores")
+    xs, ys = [], []
+    for seed in seeds:
+        teacher_gen = torch.Generator().manual_seed(seed)
+        teacher = torch.randn(d_in, n_classes, generator=teacher_gen)
+        data_gen = torch.Generator().manual_seed(seed + (700 if test else 500))  # apart from the teacher
+        away = torch.randn(d_in, generator=teacher_gen)
+        away = away - teacher @ torch.linalg.lstsq(teacher, away).solution  # W_teacher^T away = 0
+        x = torch.randn(n, d_in, generator=data_gen) + shift * away / away.norm()  # (n, d_in)
+        xs.append(x), ys.append((x @ teacher).argmax(-1))
+    return torch.stack(xs), torch.stack(ys)
+
+
+class SeedMLP(nn.Module):
+    """S independent MLPs d_in -> width -> width -> n_classes, sigmoid after each hidden layer,
+    with `norm` ("none", "batch", "layer", "rms") before each sigmoid.
+
+    x: (S, N, d_in) -> logits (S, N, n_classes). "batch" uses the statistics of each seed's own
+    batch (training mode), so the seeds never share one. bias=False drops every bias (and
+    LayerNorm's beta). Seed s draws its weights from torch.Generator().manual_seed(seeds[s]).
+    """
+
+    def __init__(self, seeds: list[int], norm: str, bias: bool = True, d_in: int = 16, width: int = 32,
+                 n_classes: int = 4):
+        super().__init__()
+        seeds, norm, bias = _require_seeds(seeds), require_choice("norm", norm, MLP_NORMS), require_bool("bias", bias)
+        d_in, width, n_classes = (require_count(name, value) for name, value in
+                                  (("d_in", d_in), ("width", width), ("n_classes", n_classes)))
+        self.norm, self.bias, self.d_in = norm, bias, d_in
+        sizes = [(d_in, width), (width, width), (width, n_classes)]
+        weights = [[] for _ in sizes]
+        for seed in seeds:
+            gen = torch.Generator().manual_seed(seed + 1000_000)  # apart from labelled_inputs' seeds
+            for layer, (fan_in, fan_out) in enumerate(sizes):  # nn.Linear's uniform(+-1/sqrt(fan_in))
+                weights[layer].append((torch.rand(fan_in, fan_out, generator=gen) * 2 - 1) / fan_in ** 0.5)
+        self.weights = nn.ParameterList([nn.Parameter(torch.stack(w)) for w in weights])  # (S, in, out)
+        n_seeds = len(seeds)
+        self.biases = nn.ParameterList([nn.Parameter(torch.zeros(n_seeds, 1, out)) for _, out in sizes]
+                                       if bias else [])
+        self.gammas = nn.ParameterList([nn.Parameter(torch.ones(n_seeds, 1, width)) for _ in range(2)])
+        self.betas = nn.ParameterList([nn.Parameter(torch.zeros(n_seeds, 1, width)) for _ in range(2)]
+                                      if bias and norm in ("batch", "layer") else [])
+
+    def _normalized(self, h: Tensor, layer: int) -> Tensor:
+        """h: (S, N, width), normalized as self.norm says, then gamma (and beta)."""
+        if self.norm == "none":
+            return h
+        if self.norm == "batch":  # one mean and variance per seed and feature, over that seed's N
+            h = normalize(h, h.mean(1, keepdim=True), h.var(1, unbiased=False, keepdim=True), 1e-5)
+        else:
+            h = normalize_tokens(self.norm, h)
+        h = h * self.gammas[layer]
+        return h + self.betas[layer] if self.betas else h
+
+    def forward(self, x: Tensor) -> Tensor:
+        require_float("x", x)
+        n_seeds = self.weights[0].shape[0]
+        if x.dim() != 3 or x.shape[0] != n_seeds or x.shape[2] != self.d_in:
+            raise ValueError(f"x must be (S={n_seeds}, N, d_in={self.d_in}), got shape {tuple(x.shape)}")
+        if self.norm == "batch" and x.shape[1] < 2:
+            raise ValueError(f"x must hold at least 2 inputs per seed for BatchNorm's statistics, got {x.shape[1]}")
+        for layer, weight in enumerate(self.weights):
+            x = x @ weight  # (S, N, out)
+            if self.biases:
+                x = x + self.biases[layer]
+            if layer < 2:
+                x = torch.sigmoid(self._normalized(x, layer))
+        return x
+
+
+def _mlp_loss(model: SeedMLP, x: Tensor, y: Tensor) -> Tensor:
+    """Cross-entropy per seed: x (S, N, d_in), y (S, N) -> (S,)."""
+    logits = model(x)  # (S, N, C)
+    return nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(-1)
+
+
+def train_seed_mlps(seeds: list[int], norm: str, steps: int, lr: float = 0.5, batch: int = 64,
+                    bias: bool = True) -> tuple[SeedMLP, Tensor]:
+    """Train SeedMLP(seeds, norm, bias) with plain SGD on labelled_inputs(seeds, steps * batch).
+
+    Returns the model and the training losses (S, steps): entry [s, i] is seed s's loss on its
+    batch at step i, before that step's update. Summing the seeds' losses gives each seed
+    exactly its own gradient (their parameters are disjoint).
+    """
+    seeds = _require_seeds(seeds)
+    require_choice("norm", norm, MLP_NORMS)
+    steps, batch = require_count("steps", steps), require_count("batch", batch, minimum=2)
+    lr, bias = require_number("lr", lr, positive=True), require_bool("bias", bias)
+    model = SeedMLP(seeds, norm, bias)
+    x, y = labelled_inputs(seeds, steps * batch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        part = slice(step * batch, (step + 1) * batch)
+        loss = _mlp_loss(model, x[:, part], y[:, part])  # (S,)
+        optimizer.zero_grad()
+        loss.sum().backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return model, torch.stack(losses, 1)
+
+
+def steps_to_reach(losses: Tensor, level: float, window: int = 10) -> Tensor:
+    """losses (S, steps) -> (S,): the first step at which the mean of the next `window` losses is
+    below `level` (steps - window + 1 if it never is)."""
+    require_float("losses", losses, min_rank=2)
+    level, window = require_number("level", level), require_count("window", window)
+    if losses.dim() != 2 or window > losses.shape[1]:
+        raise ValueError(f"losses must be (S, steps) with at least window={window} steps, got shape "
+                         f"{tuple(losses.shape)}")
+    smooth = losses.unfold(-1, window, 1).mean(-1)  # (S, steps - window + 1)
+    below = smooth < level
+    never = torch.full(below.shape[:-1], smooth.shape[-1])
+    first = below.double().argmax(-1)
+    return torch.where(below.any(-1), first, never)
+
+
+@torch.no_grad()
+def shifted_accuracy(model: SeedMLP, seeds: list[int], shift: float, n: int = 2048) -> Tensor:
+    """(S,): each seed's accuracy on n fresh test inputs moved by `shift` (labelled_inputs).
+
+    seeds must be the ones the model was trained with. A "batch" model normalizes with the
+    statistics of this test batch (it keeps no running ones), which re-centres a shifted batch.
+    """
+    require_instance("model", model, SeedMLP)
+    seeds = _require_seeds(seeds)
+    if len(seeds) != model.weights[0].shape[0]:
+        raise ValueError(f"seeds has {len(seeds)} seeds but the model was built for {model.weights[0].shape[0]}")
+    x, y = labelled_inputs(seeds, require_count("n", n, minimum=2), require_number("shift", shift), test=True)
+    return (model(x).argmax(-1) == y).double().mean(-1)

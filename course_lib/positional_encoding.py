@@ -332,7 +332,7 @@ def _require_fits(name: str, length: object, model: DecoderOnly) -> None:
                          f"its {model.config.positions} table has no rows beyond")
 
 
-def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int = 150, lr: float = 0.02,
+def train_previous_token(model: DecoderOnly, train_length: int = 8, steps: int = 100, lr: float = 0.02,
                          batch: int = 64, seed: int = 0) -> float:
     """Train `model` (in place) to output, at each position t >= 1, the token at t - 1.
 

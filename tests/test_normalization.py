@@ -506,3 +506,80 @@ def test_normalization_widget_renders_every_setting_without_errors():
     assert "at least 2 tokens" in view.view.value
 
 
+
+
+# ---------------------------------------------------------------- convergence and biases (section 11)
+
+from course_lib.normalization import (SeedMLP, labelled_inputs, shifted_accuracy, steps_to_reach,  # noqa: E402
+                                      train_seed_mlps)
+
+
+@pytest.mark.parametrize("norm", ["none", "batch", "layer", "rms"])
+def test_seeds_trained_together_learn_what_each_learns_alone(norm):
+    """Training seeds [3, 5] at once must give seed 5 the losses it gets alone: a norm (BatchNorm
+    above all) that pooled statistics over the seeds, or a loss that mixed them, would differ."""
+    _, together = train_seed_mlps([3, 5], norm, 12)
+    _, alone = train_seed_mlps([5], norm, 12)
+    torch.testing.assert_close(together[1], alone[0], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(together[0], together[1])  # the two seeds are different runs
+
+
+def test_the_shift_moves_the_inputs_and_keeps_every_label():
+    x, y = labelled_inputs([0, 1], 500)
+    moved, moved_y = labelled_inputs([0, 1], 500, shift=8.0)
+    assert torch.equal(y, moved_y)  # the teacher ignores the direction of the shift
+    step = moved - x  # (S, n, d_in): the same vector for every input of a seed
+    torch.testing.assert_close(step.norm(dim=-1), torch.full((2, 500), 8.0), atol=1e-4, rtol=0)
+    assert float((step - step[:, :1]).abs().max()) < 1e-5
+    test_x, _ = labelled_inputs([0, 1], 500, test=True)
+    assert not torch.allclose(test_x, x)  # the test draw is not the training draw
+
+
+def test_without_bias_the_mlp_has_no_additive_parameter_and_maps_zero_to_zero():
+    for norm in ["none", "layer", "rms"]:
+        model = SeedMLP([0, 1], norm, bias=False)
+        assert len(model.biases) == 0 and len(model.betas) == 0
+        # sigmoid(0) = 1/2 feeds the last layer, so zero input gives W3^T (1/2 ...) exactly, no offset
+        if norm == "none":
+            hidden = torch.sigmoid(torch.sigmoid(torch.zeros(2, 1, 32)) @ model.weights[1])
+            torch.testing.assert_close(model(torch.zeros(2, 1, 16)), hidden @ model.weights[2])
+    assert len(SeedMLP([0], "batch", bias=True).betas) == 2
+    assert len(SeedMLP([0], "rms", bias=True).betas) == 0  # RMSNorm has no beta to keep
+
+
+def test_batchnorm_beats_no_norm_on_the_lessons_task_in_a_short_run():
+    """The lesson's claim on two more seeds, in 40 steps: BatchNorm is under 0.8, no norm is not."""
+    _, batch = train_seed_mlps([11, 12], "batch", 40)
+    _, none = train_seed_mlps([11, 12], "none", 40)
+    assert int(steps_to_reach(batch, 0.8).max()) <= 25
+    assert float(none[:, -10:].mean()) > 1.1
+
+
+def test_steps_to_reach_counts_from_the_first_window_below_the_level():
+    losses = torch.tensor([[3.0, 2.0, 1.0, 0.5, 0.4], [3.0, 3.0, 3.0, 3.0, 3.0]])
+    # windows of 2: means 2.5, 1.5, 0.75, 0.45 -> first below 1.0 at step 2; never -> 4
+    assert steps_to_reach(losses, 1.0, window=2).tolist() == [2, 4]
+
+
+def test_shifted_accuracy_is_the_share_of_right_answers_on_the_test_draw():
+    model, _ = train_seed_mlps([0, 1], "layer", 30)
+    x, y = labelled_inputs([0, 1], 64, shift=2.0, test=True)
+    expected = (model(x).argmax(-1) == y).double().mean(-1)
+    assert torch.equal(shifted_accuracy(model, [0, 1], 2.0, n=64), expected)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: train_seed_mlps([0], "group", 5), ValueError, "norm must be one of"),
+    (lambda: train_seed_mlps([], "batch", 5), ValueError, "seeds"),
+    (lambda: train_seed_mlps([0, -1], "batch", 5), ValueError, "seed must be >= 0"),
+    (lambda: train_seed_mlps([0], "batch", 0), ValueError, "steps must be >= 1"),
+    (lambda: train_seed_mlps([0], "batch", 5, batch=1), ValueError, "batch must be >= 2"),
+    (lambda: labelled_inputs([0], 10, d_in=4, n_classes=4), ValueError, "n_classes=4 must be below d_in=4"),
+    (lambda: SeedMLP([0, 1], "layer")(torch.randn(3, 4, 16)), ValueError, r"x must be \(S=2, N, d_in=16\)"),
+    (lambda: SeedMLP([0], "batch")(torch.randn(1, 1, 16)), ValueError, "at least 2 inputs"),
+    (lambda: steps_to_reach(torch.ones(2, 3), 0.5, window=4), ValueError, "at least window=4 steps"),
+    (lambda: shifted_accuracy(SeedMLP([0, 1], "none"), [0], 1.0), ValueError, "built for 2"),
+])
+def test_bad_calls_to_the_convergence_helpers_say_what_is_wrong(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

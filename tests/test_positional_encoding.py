@@ -640,8 +640,8 @@ def test_rope_widget_prints_bounds_not_rounding_noise():
 
 def test_rope_fades_past_the_trained_length_in_most_seeds_but_not_all():
     """Lesson 04's text: of seeds 0-14, most fall below 80% at positions 32-47, but seed 8 keeps
-    almost 90%. The count is 14 on every CPU kernel tried, yet a seed near the line (seed 7:
-    0.44 to 0.78 by kernel) may cross it on another CPU: at least 12 is the margin kept."""
+    almost 90%. The count is 14 here (100 training steps; the nearest to the line is seed 6 at
+    0.70), yet a seed near the line may cross it on another CPU: at least 12 is the margin kept."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the lesson
     try:
