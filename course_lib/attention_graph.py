@@ -30,7 +30,8 @@ from torch import Tensor
 from .attention_scores import scaled_dot_product_attention, softmax
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_integer,
                      require_number, require_same_dtype)
-from .training import train
+from .model import DecoderOnly, ModelConfig, require_ids
+from .training import IGNORE, train, train_tiny_model
 
 if TYPE_CHECKING:  # networkx and matplotlib are imported where a graph is built or drawn:
     import networkx as nx  # importing this module (exercise set 10's checks do) stays quick
@@ -591,7 +592,7 @@ def run_program(program: SOp, sequence: Sequence[int]) -> list:
 
 
 class CompiledProgram(NamedTuple):
-    model: "DecoderOnly"  # its blocks' weights are the program
+    model: DecoderOnly  # its blocks' weights are the program
     columns: dict[str, list[int]]  # each s-op's residual-stream columns (by name)
     heads: list[str]  # per block, the operation its attention layer computes ("" for none)
 
@@ -608,11 +609,9 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
     always counted, so the weight on BOS is 1 / (width + 1)). An MLP turns that 1 / (width + 1)
     into a one-hot of the width with ReLU steps, and each map is a lookup table, one hidden
     unit per input value (a pair, for sequence_map). The logits are the output s-op's one-hot,
-    token id = value.
+    token id = value (a numerical program's number stays in its column: see residual_stream).
     """
-    from .model import DecoderOnly, ModelConfig
-
-    _require_sop("program", program)
+    _require_sop("program", program, categorical=False)
     require_count("n_symbols", n_symbols)
     require_count("max_len", max_len)
     sharpness = require_number("sharpness", sharpness, positive=True)
@@ -632,7 +631,7 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
         else:
             vals = value_sets[id(sop.inputs[1])]
         value_sets[id(sop)] = sorted(vals)
-    out_values = value_sets[id(program)]
+    out_values = [] if program.numerical else value_sets[id(program)]  # a number is read from its column
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in out_values):
         raise ValueError(f"program's values must be token ids (ints >= 0) to be read out, got {out_values}")
 
@@ -663,7 +662,7 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
             attention_at[slot] = sop
             ready[id(sop)] = slot + 1
             if sop.kind == "selector_width":
-                mlp_units[slot + 1] = mlp_units.get(slot + 1, 0) + 2 * max_len
+                mlp_units[slot + 1] = mlp_units.get(slot + 1, 0) + 2 * max_len + 1
                 ready[id(sop)] = slot + 2
         else:
             slot = start + 1 - start % 2  # the next MLP sublayer
@@ -672,7 +671,7 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
             mlp_units[slot] = mlp_units.get(slot, 0) + units
             ready[id(sop)] = slot + 1
     n_blocks = max(1, (max(ready.values()) + 1) // 2)
-    config = ModelConfig(vocab_size=max(n_symbols, *out_values) + 1, max_len=max_len + 1, d_model=width,
+    config = ModelConfig(vocab_size=max(n_symbols, *out_values, 1) + 1, max_len=max_len + 1, d_model=width,
                          d_ff=max(mlp_units.values(), default=0), n_decoder_layers=n_blocks, norm="none",
                          positions="learned", causal=False, bias=True)
     model = DecoderOnly(config).double()
@@ -736,12 +735,14 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
             t = (1 / (k + 1) + 1 / (k + 2)) / 2
             w1[h, x], b1[h] = steep, 1.0 - steep * t  # relu(steep (x - t) + 1) - relu(steep (x - t))
             w1[h + 1, x], b1[h + 1] = steep, -steep * t
+            w1[h, 1] = w1[h + 1, 1] = -2 * (steep + 1)  # off at BOS: it must hold no value a key could match
             for unit, sign in ((h, 1.0), (h + 1, -1.0)):  # one-hot(k) = step_k - step_(k-1)
                 w2[col(sop, k), unit] += sign
                 w2[col(sop, k + 1), unit] -= sign
             h += 2
-        b2[col(sop, max_len)] += 1.0  # step_max_len is always 1
-        return h
+        w1[h, 0], w1[h, 1] = 1.0, -1.0  # step_max_len: relu(one - bos), 1 except at BOS
+        w2[col(sop, max_len), h] = 1.0
+        return h + 1
     if sop.kind == "map":
         for v in value_sets[id(sop.inputs[0])]:
             w1[h, col(sop.inputs[0], v)] = 1.0
@@ -763,13 +764,102 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
 
 def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
     """The compiled model's answer: sequences (B, T) in 1..n_symbols -> (B, T), the argmax of
-    its logits at every position after BOS."""
+    its logits at every position after BOS. The model's last attention weights stay in
+    compiled.model.layer_weights (one (B, 1 + T, 1 + T) per block)."""
+    ids = _with_bos(compiled, sequences)  # (B, 1 + T)
+    with torch.no_grad():
+        return compiled.model(ids)[:, 1:].argmax(-1)  # the model checks ids < V and the length
+
+
+def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """sequences (B, T) of symbols >= 1 -> ids (B, 1 + T) with BOS first."""
     require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
     require_integer("sequences", sequences, 2, 2)
-    model = compiled.model
-    bos = torch.full((len(sequences), 1), BOS_ID, dtype=sequences.dtype)
-    ids = torch.cat([bos, sequences], 1)  # (B, 1 + T)
     if sequences.numel() and int(sequences.min()) < 1:
         raise ValueError(f"sequences must hold symbols >= 1 (0 is BOS), got {int(sequences.min())}")
+    bos = torch.full((len(sequences), 1), BOS_ID, dtype=sequences.dtype)
+    return torch.cat([bos, sequences], 1)
+
+
+def residual_stream(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """The residual stream after the last block, BOS dropped: sequences (B, T) -> (B, T, D).
+    compiled.columns[name] says which columns hold which s-op."""
+    ids = _with_bos(compiled, sequences)
+    model = compiled.model
+    require_ids(ids, model.config, "BOS + sequences")
     with torch.no_grad():
-        return model(ids)[:, 1:].argmax(-1)  # model checks ids < V and the length
+        x = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, 1 + T, D)
+        for block in model.layers:
+            x = block.run(x)[0]
+    return x[:, 1:]
+
+
+# ---------------------------------------------------------------- the compiled program beside training
+
+def program_answer(task: str, sequences: Tensor) -> Tensor:
+    """What each program should output, from its definition (not from RASP): sequences (B, T)
+    -> (B, T): the reversed row, each token's count in its row, or the sorted row."""
+    require_choice("task", task, tuple(PROGRAMS))
+    require_integer("sequences", sequences, 2, 2)
+    if task == "reverse":
+        return sequences.flip(-1)
+    if task == "sort":
+        return sequences.sort(-1).values
+    return (sequences[:, :, None] == sequences[:, None, :]).sum(-1)  # (B, T, T) matches -> counts
+
+
+def random_sequences(task: str, n_sequences: int, length: int, n_symbols: int, generator: torch.Generator,
+                     held_out: bool = True) -> Tensor:
+    """n_sequences rows of `length` symbols in 1..n_symbols (distinct ones for "sort", which
+    RASP's sort assumes), all from the held-out part (lesson 09's is_held_out) or none."""
+    from .transformer import is_held_out
+
+    require_choice("task", task, tuple(PROGRAMS))
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_count("n_symbols", n_symbols)
+    require_instance("generator", generator, torch.Generator)
+    require_bool("held_out", held_out)
+    if task == "sort" and length > n_symbols:
+        raise ValueError(f"sort needs distinct symbols: length={length} must be at most n_symbols={n_symbols}")
+    rows: list[Tensor] = []
+    while sum(len(r) for r in rows) < n_sequences:  # about 1 row in 7 is held out: draw plenty
+        draw = 8 * n_sequences + 16
+        if task == "sort":
+            x = torch.rand(draw, n_symbols, generator=generator).argsort(-1)[:, :length] + 1
+        else:
+            x = torch.randint(1, n_symbols + 1, (draw, length), generator=generator)
+        rows.append(x[is_held_out(x) == held_out])
+    return torch.cat(rows)[:n_sequences]
+
+
+def train_like(compiled: CompiledProgram, task: str, length: int, steps: int = 100, lr: float = 1e-2,
+               seed: int = 0, n_sequences: int = 64) -> DecoderOnly:
+    """A DecoderOnly of the compiled model's very config (its seed: `seed`), trained from random
+    weights on `task` at one length, on inputs [BOS, x] outside the held-out part."""
+    require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
+    require_choice("task", task, tuple(PROGRAMS))
+    require_count("seed", seed, minimum=0)
+    config = compiled.model.config
+    model = DecoderOnly(ModelConfig(**{**config.__dict__, "seed": seed})).double()
+    n_symbols = int(compiled.model.tokens.weight[1:].abs().sum(-1).nonzero().max()) + 1
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        x = random_sequences(task, n_sequences, length, n_symbols, generator, held_out=False)
+        ignore = torch.full((n_sequences, 1), IGNORE)  # no loss at BOS
+        return _with_bos(compiled, x), torch.cat([ignore, program_answer(task, x)], 1)
+
+    train_tiny_model(model, make_batch, steps, lr, seed)
+    return model
+
+
+def attention_correlation(first: Tensor, second: Tensor) -> float:
+    """Pearson correlation of two attention maps over all their entries: (..., T, S) twice -> float."""
+    require_float("first", first, min_rank=2)
+    require_float("second", second, min_rank=2)
+    if first.shape != second.shape:
+        raise ValueError(f"first and second must have one shape, got {tuple(first.shape)} and {tuple(second.shape)}")
+    pair = torch.stack([first.flatten(), second.flatten()]).double()
+    if (pair.std(-1) == 0).any():
+        raise ValueError("an attention map that is the same everywhere has no correlation with anything")
+    return float(torch.corrcoef(pair)[0, 1])
