@@ -809,9 +809,10 @@ def program_answer(task: str, sequences: Tensor) -> Tensor:
 
 
 def random_sequences(task: str, n_sequences: int, length: int, n_symbols: int, generator: torch.Generator,
-                     held_out: bool = True) -> Tensor:
+                     held_out: bool | None = None) -> Tensor:
     """n_sequences rows of `length` symbols in 1..n_symbols (distinct ones for "sort", which
-    RASP's sort assumes), all from the held-out part (lesson 09's is_held_out) or none."""
+    RASP's sort assumes): any rows (held_out=None), or all from the held-out part (lesson 09's
+    is_held_out, about 1 row in 7) or none of it (held_out=False, for training)."""
     from .transformer import is_held_out
 
     require_choice("task", task, tuple(PROGRAMS))
@@ -819,18 +820,22 @@ def random_sequences(task: str, n_sequences: int, length: int, n_symbols: int, g
     require_count("length", length)
     require_count("n_symbols", n_symbols)
     require_instance("generator", generator, torch.Generator)
-    require_bool("held_out", held_out)
+    if held_out is not None:
+        require_bool("held_out", held_out)
     if task == "sort" and length > n_symbols:
         raise ValueError(f"sort needs distinct symbols: length={length} must be at most n_symbols={n_symbols}")
     rows: list[Tensor] = []
-    while sum(len(r) for r in rows) < n_sequences:  # about 1 row in 7 is held out: draw plenty
+    for _ in range(20):  # about 1 row in 7 is held out: draw plenty
         draw = 8 * n_sequences + 16
         if task == "sort":
             x = torch.rand(draw, n_symbols, generator=generator).argsort(-1)[:, :length] + 1
         else:
             x = torch.randint(1, n_symbols + 1, (draw, length), generator=generator)
-        rows.append(x[is_held_out(x) == held_out])
-    return torch.cat(rows)[:n_sequences]
+        rows.append(x if held_out is None else x[is_held_out(x) == held_out])
+        if sum(len(r) for r in rows) >= n_sequences:
+            return torch.cat(rows)[:n_sequences]
+    raise ValueError(f"held_out={held_out}: too few rows of length={length} in 1..n_symbols={n_symbols} are "
+                     f"{'' if held_out else 'not '}held out to draw n_sequences={n_sequences}; use held_out=None")
 
 
 def train_like(compiled: CompiledProgram, task: str, length: int, steps: int = 100, lr: float = 1e-2,
