@@ -16,6 +16,8 @@ lse(beta, z) = log(sum exp(beta z)) / beta, M = the largest pattern norm, never 
 along the updates. Its fixed points (Ramsauer et al.'s names): the global fixed point, the
 average of all patterns (small beta); metastable states, averages of a subset of similar
 patterns (`clustered_patterns` makes such subsets); and fixed points near a single pattern.
+Program: a small RASP (Weiss et al. 2021) compiled, as tracr (Lindner et al. 2023) does, into
+the weights of the course's DecoderOnly: each selector is one head's graph (`compile_program`).
 Shapes use the course's names (course_lib/__init__.py).
 """
 
