@@ -568,6 +568,9 @@ def run_program(program: SOp, sequence: Sequence[int]) -> list:
     """The program interpreted in plain Python on one input (no tensors, no weights): RASP's
     meaning, the reference the compiled model is checked against."""
     _require_sop("program", program, categorical=False)
+    if not isinstance(sequence, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                          for t in sequence):
+        raise TypeError(f"sequence must be a list of int tokens, got {type(sequence).__name__} {sequence!r:.60}")
     values: dict[int, list] = {}
     n = len(sequence)
 
@@ -768,17 +771,22 @@ def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
     """The compiled model's answer: sequences (B, T) in 1..n_symbols -> (B, T), the argmax of
     its logits at every position after BOS. The model's last attention weights stay in
     compiled.model.layer_weights (one (B, 1 + T, 1 + T) per block)."""
+    _require_compiled_input(compiled, sequences)
     ids = _with_bos(compiled, sequences)  # (B, 1 + T)
     with torch.no_grad():
         return compiled.model(ids)[:, 1:].argmax(-1)  # the model checks ids < V and the length
 
 
-def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
-    """sequences (B, T) of symbols >= 1 -> ids (B, 1 + T) with BOS first."""
+def _require_compiled_input(compiled: object, sequences: object) -> None:
+    """compiled a CompiledProgram; sequences (B, T) integer symbols >= 1."""
     require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
     require_integer("sequences", sequences, 2, 2)
     if sequences.numel() and int(sequences.min()) < 1:
         raise ValueError(f"sequences must hold symbols >= 1 (0 is BOS), got {int(sequences.min())}")
+
+
+def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """sequences (B, T) of symbols >= 1 -> ids (B, 1 + T) with BOS first."""
     bos = torch.full((len(sequences), 1), BOS_ID, dtype=sequences.dtype)
     return torch.cat([bos, sequences], 1)
 
@@ -786,6 +794,7 @@ def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
 def residual_stream(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
     """The residual stream after the last block, BOS dropped: sequences (B, T) -> (B, T, D).
     compiled.columns[name] says which columns hold which s-op."""
+    _require_compiled_input(compiled, sequences)
     ids = _with_bos(compiled, sequences)
     model = compiled.model
     require_ids(ids, model.config, "BOS + sequences")
