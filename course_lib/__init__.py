@@ -22,7 +22,8 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     multi_head           08  many heads: split, attend, concatenate, project; QK and OV per head
     transformer          09  the encoder-decoder Transformer from these pieces, trained on toy tasks
     attention_graph      10  attention as a weighted graph, rollout through layers; the
-                             modern Hopfield update as attention and its energy
+                             modern Hopfield update as attention and its energy; a RASP
+                             program compiled into the model's blocks
 Beneath every lesson: guards (input checks with clear errors), training (the one training
 loop, and the training of a model of token ids), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
 (live widgets, one module per lesson) and checks/ (the exercises' visible checks).

@@ -16,21 +16,24 @@ lse(beta, z) = log(sum exp(beta z)) / beta, M = the largest pattern norm, never 
 along the updates. Its fixed points (Ramsauer et al.'s names): the global fixed point, the
 average of all patterns (small beta); metastable states, averages of a subset of similar
 patterns (`clustered_patterns` makes such subsets); and fixed points near a single pattern.
+Program: a small RASP (Weiss et al. 2021) compiled, as tracr (Lindner et al. 2023) does, into
+the weights of the course's DecoderOnly: each selector is one head's graph (`compile_program`).
 Shapes use the course's names (course_lib/__init__.py).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
 from .attention_scores import scaled_dot_product_attention, softmax
-from .guards import (require_count, require_float, require_instance, require_integer, require_number,
-                     require_same_dtype)
-from .training import train
+from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_integer,
+                     require_number, require_same_dtype)
+from .model import DecoderOnly, ModelConfig, require_ids
+from .training import IGNORE, train, train_tiny_model
 
 if TYPE_CHECKING:  # networkx and matplotlib are imported where a graph is built or drawn:
     import networkx as nx  # importing this module (exercise set 10's checks do) stays quick
@@ -432,3 +435,447 @@ def free_alignment(patterns: Tensor, goal: Tensor, steps: int = 100, lr: float =
 
     train(loss_of_step, [logits], steps, lr=lr)
     return softmax(logits.detach())
+
+
+# ---------------------------------------------------------------- a compiled program (RASP)
+#
+# Weiss et al. (2021), "Thinking Like Transformers": a program in RASP is built from two
+# sequence operations (s-ops) given with the input, `tokens` and `indices`, element-wise maps,
+# and two attention operations: select(keys, queries, predicate) makes a selector, the (T, T)
+# boolean matrix whose [q, k] entry is predicate(keys[k], queries[q]); aggregate(selector,
+# values) averages the selected values (here: exactly one is selected, or all carry one value);
+# selector_width(selector) counts the selected keys of each query. A selector IS an attention
+# graph: an edge q -> k for each selected key. Lindner et al. (2023, tracr) compile such a
+# program into transformer weights; `compile_program` below does that, smaller, into the
+# course's DecoderOnly: every s-op gets its own columns of the residual stream (one per value:
+# a one-hot "categorical" encoding, or one column holding a number), every select-aggregate is
+# one attention layer, every map one MLP.
+
+PREDICATES: dict[str, Callable[[object, object], bool]] = {  # predicate(key, query)
+    "==": lambda k, q: k == q, "!=": lambda k, q: k != q, "<": lambda k, q: k < q,
+    "<=": lambda k, q: k <= q, ">": lambda k, q: k > q, ">=": lambda k, q: k >= q,
+    "true": lambda k, q: True,
+}
+BOS_ID = 0  # a compiled model reads [BOS, x_1, ..., x_T]: every head can fall back on BOS
+
+
+class SOp:
+    """A sequence operation: one value per position. Build them with the functions below."""
+
+    def __init__(self, kind: str, inputs: tuple = (), fn: Callable | None = None, numerical: bool = False,
+                 name: str = ""):
+        self.kind, self.inputs, self.fn, self.numerical, self.name = kind, inputs, fn, numerical, name or kind
+
+    def __repr__(self) -> str:
+        return f"SOp({self.name})"
+
+
+class Selector(NamedTuple):
+    """select(keys, queries, predicate): query position q selects key position k when
+    predicate(keys[k], queries[q])."""
+    keys: SOp
+    queries: SOp
+    predicate: str
+
+
+tokens = SOp("tokens")
+indices = SOp("indices")
+
+
+def _require_sop(name: str, sop: object, categorical: bool = True) -> SOp:
+    require_instance(name, sop, SOp, "an s-op (tokens, indices, or one built from them)")
+    if categorical and sop.numerical:
+        raise ValueError(f"{name} must be categorical (one value per position from a finite set), got the "
+                         f"numerical s-op {sop.name!r}")
+    return sop
+
+
+def select(keys: SOp, queries: SOp, predicate: str) -> Selector:
+    """The selector whose [q, k] entry is predicate(keys[k], queries[q]); predicate one of PREDICATES."""
+    _require_sop("keys", keys)
+    _require_sop("queries", queries)
+    return Selector(keys, queries, require_choice("predicate", predicate, tuple(PREDICATES)))
+
+
+def aggregate(selector: Selector, values: SOp, name: str = "") -> SOp:
+    """Each query's selected values, averaged: categorical values must be one value per query
+    (one key selected, or all the selected keys agree)."""
+    require_instance("selector", selector, Selector, "a Selector (see select)")
+    return SOp("aggregate", (selector, _require_sop("values", values)), name=name)
+
+
+def selector_width(selector: Selector, name: str = "") -> SOp:
+    """How many keys each query selects: a categorical s-op with values 0..max_len."""
+    require_instance("selector", selector, Selector, "a Selector (see select)")
+    return SOp("selector_width", (selector,), name=name)
+
+
+def map_values(fn: Callable[[object], object], sop: SOp, numerical: bool = False, name: str = "") -> SOp:
+    """fn applied at every position; numerical=True makes the result one number per position
+    (a numerical map) instead of a one-hot category."""
+    require_instance("fn", fn, Callable, "a function of one value")
+    return SOp("map", (_require_sop("sop", sop),), fn, require_bool("numerical", numerical), name)
+
+
+def sequence_map(fn: Callable[[object, object], object], first: SOp, second: SOp, name: str = "") -> SOp:
+    """fn(first[i], second[i]) at every position i (categorical)."""
+    require_instance("fn", fn, Callable, "a function of two values")
+    return SOp("sequence_map", (_require_sop("first", first), _require_sop("second", second)), fn, name=name)
+
+
+def rasp_reverse() -> SOp:
+    """Weiss et al.'s reverse: length = selector_width(select(tokens, tokens, true)), then each
+    query i reads the token at opp_index = length - i - 1."""
+    length = selector_width(select(tokens, tokens, "true"), name="length")
+    opp_index = sequence_map(lambda n, i: n - i - 1, length, indices, name="opp_index")
+    return aggregate(select(indices, opp_index, "=="), tokens, name="reverse")
+
+
+def rasp_histogram() -> SOp:
+    """How often each position's token occurs: selector_width(select(tokens, tokens, ==))."""
+    return selector_width(select(tokens, tokens, "=="), name="histogram")
+
+
+def rasp_sort() -> SOp:
+    """Sort of distinct tokens (Weiss et al.): a token's place is the count of smaller tokens;
+    query i reads the token whose place is i."""
+    place = selector_width(select(tokens, tokens, "<"), name="place")
+    return aggregate(select(place, indices, "=="), tokens, name="sort")
+
+
+PROGRAMS: dict[str, Callable[[], SOp]] = {"reverse": rasp_reverse, "histogram": rasp_histogram, "sort": rasp_sort}
+
+
+def _nodes(program: SOp) -> list[SOp]:
+    """Every s-op the program reads, inputs before their users."""
+    order: list[SOp] = []
+    seen: set[int] = set()
+
+    def visit(sop: SOp) -> None:
+        if id(sop) in seen:
+            return
+        seen.add(id(sop))
+        for part in sop.inputs:
+            for inner in ((part.keys, part.queries) if isinstance(part, Selector) else (part,)):
+                visit(inner)
+        order.append(sop)
+
+    visit(program)
+    return order
+
+
+def run_program(program: SOp, sequence: Sequence[int]) -> list:
+    """The program interpreted in plain Python on one input (no tensors, no weights): RASP's
+    meaning, the reference the compiled model is checked against."""
+    _require_sop("program", program, categorical=False)
+    if not isinstance(sequence, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                          for t in sequence):
+        raise TypeError(f"sequence must be a list of int tokens, got {type(sequence).__name__} {sequence!r:.60}")
+    values: dict[int, list] = {}
+    n = len(sequence)
+
+    def selected(sel: Selector) -> list[list[int]]:  # per query, the selected key positions
+        keys, queries, pred = values[id(sel.keys)], values[id(sel.queries)], PREDICATES[sel.predicate]
+        return [[k for k in range(n) if pred(keys[k], queries[q])] for q in range(n)]
+
+    for sop in _nodes(program):
+        if sop.kind == "tokens":
+            out = list(sequence)
+        elif sop.kind == "indices":
+            out = list(range(n))
+        elif sop.kind == "map":
+            out = [sop.fn(x) for x in values[id(sop.inputs[0])]]
+        elif sop.kind == "sequence_map":
+            out = [sop.fn(x, y) for x, y in zip(values[id(sop.inputs[0])], values[id(sop.inputs[1])])]
+        elif sop.kind == "selector_width":
+            out = [len(ks) for ks in selected(sop.inputs[0])]
+        else:  # aggregate: the selected values' one value (None when nothing is selected)
+            sel, vals = sop.inputs[0], values[id(sop.inputs[1])]
+            out = [sorted({vals[k] for k in ks})[0] if ks else None for ks in selected(sel)]
+        values[id(sop)] = out
+    return values[id(program)]
+
+
+class CompiledProgram(NamedTuple):
+    model: DecoderOnly  # its blocks' weights are the program
+    columns: dict[str, list[int]]  # each s-op's residual-stream columns (by name)
+    heads: list[str]  # per block, the operation its attention layer computes ("" for none)
+
+
+def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float = 60.0) -> CompiledProgram:
+    """Weights for the course's DecoderOnly (no norm, learned positions, not causal, one head)
+    that compute `program` on inputs [BOS, x_1..x_T], x in 1..n_symbols, T <= max_len.
+
+    Residual stream: a column "one" (1 everywhere), "bos" (1 at BOS), then one column per value
+    of each categorical s-op. A select-aggregate is one attention layer: the query projection
+    writes, for query value q, the row predicate(., q) over the key columns, the key projection
+    copies the key's one-hot, so a score is sharpness * [selected]; BOS scores sharpness / 2
+    (aggregate: the fallback when nothing is selected) or sharpness (selector_width: BOS is
+    always counted, so the weight on BOS is 1 / (width + 1)). An MLP turns that 1 / (width + 1)
+    into a one-hot of the width with ReLU steps, and each map is a lookup table, one hidden
+    unit per input value (a pair, for sequence_map). The logits are the output s-op's one-hot,
+    token id = value (a numerical program's number stays in its column: see residual_stream).
+    """
+    _require_sop("program", program, categorical=False)
+    require_count("n_symbols", n_symbols)
+    require_count("max_len", max_len)
+    sharpness = require_number("sharpness", sharpness, positive=True)
+    nodes = _nodes(program)
+    value_sets: dict[int, list] = {}
+    for sop in nodes:  # the values each s-op can take on any input
+        if sop.kind == "tokens":
+            vals = range(1, n_symbols + 1)
+        elif sop.kind == "indices":
+            vals = range(max_len)
+        elif sop.kind == "selector_width":
+            vals = range(max_len + 1)
+        elif sop.kind == "map":
+            vals = {sop.fn(x) for x in value_sets[id(sop.inputs[0])]}
+        elif sop.kind == "sequence_map":
+            vals = {sop.fn(x, y) for x in value_sets[id(sop.inputs[0])] for y in value_sets[id(sop.inputs[1])]}
+        else:
+            vals = value_sets[id(sop.inputs[1])]
+        value_sets[id(sop)] = sorted(vals)
+    out_values = [] if program.numerical else value_sets[id(program)]  # a number is read from its column
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in out_values):
+        raise ValueError(f"program's values must be token ids (ints >= 0) to be read out, got {out_values}")
+
+    # the residual stream's columns, and when each s-op is ready: sublayer 2b is block b's
+    # attention, 2b + 1 its MLP; attention layers hold one operation, MLPs add their hidden units
+    columns: dict[int, list[int]] = {}
+    width = 2  # "one", "bos"
+    for sop in nodes:
+        n = 1 if sop.numerical else len(value_sets[id(sop)])
+        columns[id(sop)], width = list(range(width, width + n)), width + n
+    scratch: dict[int, int] = {}
+    for sop in nodes:
+        if sop.kind == "selector_width":  # where the head writes 1 / (width + 1)
+            scratch[id(sop)], width = width, width + 1
+    ready: dict[int, int] = {}
+    attention_at: dict[int, SOp] = {}
+    mlp_units: dict[int, int] = {}
+    for sop in nodes:
+        inputs = [s for part in sop.inputs
+                  for s in ((part.keys, part.queries) if isinstance(part, Selector) else (part,))]
+        start = max((ready[id(s)] for s in inputs), default=0)
+        if sop.kind in ("tokens", "indices"):
+            ready[id(sop)] = 0
+        elif sop.kind in ("aggregate", "selector_width"):
+            slot = start + start % 2  # the next attention sublayer
+            while slot in attention_at:
+                slot += 2
+            attention_at[slot] = sop
+            ready[id(sop)] = slot + 1
+            if sop.kind == "selector_width":
+                mlp_units[slot + 1] = mlp_units.get(slot + 1, 0) + 2 * max_len + 1
+                ready[id(sop)] = slot + 2
+        else:
+            slot = start + 1 - start % 2  # the next MLP sublayer
+            units = len(value_sets[id(sop.inputs[0])]) * (len(value_sets[id(sop.inputs[1])])
+                                                          if sop.kind == "sequence_map" else 1)
+            mlp_units[slot] = mlp_units.get(slot, 0) + units
+            ready[id(sop)] = slot + 1
+    n_blocks = max(1, (max(ready.values()) + 1) // 2)
+    config = ModelConfig(vocab_size=max(n_symbols, *out_values, 1) + 1, max_len=max_len + 1, d_model=width,
+                         d_ff=max(mlp_units.values(), default=0), n_decoder_layers=n_blocks, norm="none",
+                         positions="learned", causal=False, bias=True)
+    model = DecoderOnly(config).double()
+    col = lambda sop, value: columns[id(sop)][value_sets[id(sop)].index(value)]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.tokens.weight[BOS_ID, 1] = 1.0  # "bos"
+        for v in range(1, n_symbols + 1 if id(tokens) in columns else 1):
+            model.tokens.weight[v, col(tokens, v)] = 1.0
+        model.positions.table.weight[:, 0] = 1.0  # "one"
+        for i in range(max_len if id(indices) in columns else 0):
+            model.positions.table.weight[i + 1, col(indices, i)] = 1.0  # BOS has no index
+        for slot, sop in attention_at.items():
+            _set_head(model.layers[slot // 2].attention, sop, col, value_sets, scratch, sharpness)
+        used = {}  # per MLP sublayer, hidden units filled so far
+        for sop in nodes:
+            if sop.kind not in ("selector_width", "map", "sequence_map"):
+                continue
+            slot = ready[id(sop)] - 1  # the MLP sublayer that finishes it
+            ffn = model.layers[slot // 2].ffn
+            used[slot] = _set_mlp(ffn, sop, used.get(slot, 0), col, columns, value_sets, scratch, max_len)
+        for v in out_values:
+            model.readout.weight[v, col(program, v)] = 1.0
+    heads = [attention_at[2 * b].name if 2 * b in attention_at else "" for b in range(n_blocks)]
+    names = {sop.name: columns[id(sop)] for sop in nodes}
+    return CompiledProgram(model, names, heads)
+
+
+def _set_head(head, sop: SOp, col: Callable, value_sets: dict, scratch: dict, sharpness: float) -> None:
+    """One attention layer computing select + aggregate (or the count of selector_width)."""
+    sel = sop.inputs[0]
+    scale = sharpness * math.sqrt(head.d_head)  # the layer divides scores by sqrt(d_head)
+    pred = PREDICATES[sel.predicate]
+    for q in value_sets[id(sel.queries)]:
+        for k in value_sets[id(sel.keys)]:
+            if pred(k, q):  # the key's own column is the shared query/key coordinate
+                head.query.weight[col(sel.keys, k), col(sel.queries, q)] = scale
+    for k in value_sets[id(sel.keys)]:
+        head.key.weight[col(sel.keys, k), col(sel.keys, k)] = 1.0
+    head.key.weight[1, 1] = 1.0  # BOS's key: its "bos" column ...
+    counting = sop.kind == "selector_width"
+    head.query.weight[1, 0] = scale * (1.0 if counting else 0.5)  # ... met by every query's "one"
+    head.out.weight.copy_(torch.eye(head.out.weight.shape[0], dtype=head.out.weight.dtype))
+    if counting:
+        head.value.weight[scratch[id(sop)], 1] = 1.0  # BOS's weight, 1 / (width + 1)
+    else:
+        values = sop.inputs[1]
+        for v in value_sets[id(values)]:
+            head.value.weight[col(sop, v), col(values, v)] = 1.0
+
+
+def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets: dict, scratch: dict,
+             max_len: int) -> int:
+    """Hidden units first, first + 1, ... of one FFN compute `sop`; returns the next free unit."""
+    w1, b1, w2, b2 = ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight, ffn.linear2.bias
+    h = first
+    if sop.kind == "selector_width":  # x = 1 / (n + 1): step_k = [n <= k] = [x > t_k], two ReLUs each
+        x, steep = scratch[id(sop)], 4.0 * (max_len + 1) * (max_len + 2)  # 2 / the narrowest gap
+        for k in range(max_len):
+            t = (1 / (k + 1) + 1 / (k + 2)) / 2
+            w1[h, x], b1[h] = steep, 1.0 - steep * t  # relu(steep (x - t) + 1) - relu(steep (x - t))
+            w1[h + 1, x], b1[h + 1] = steep, -steep * t
+            w1[h, 1] = w1[h + 1, 1] = -2 * (steep + 1)  # off at BOS: it must hold no value a key could match
+            for unit, sign in ((h, 1.0), (h + 1, -1.0)):  # one-hot(k) = step_k - step_(k-1)
+                w2[col(sop, k), unit] += sign
+                w2[col(sop, k + 1), unit] -= sign
+            h += 2
+        w1[h, 0], w1[h, 1] = 1.0, -1.0  # step_max_len: relu(one - bos), 1 except at BOS
+        w2[col(sop, max_len), h] = 1.0
+        return h + 1
+    if sop.kind == "map":
+        for v in value_sets[id(sop.inputs[0])]:
+            w1[h, col(sop.inputs[0], v)] = 1.0
+            if sop.numerical:
+                w2[columns[id(sop)][0], h] = float(sop.fn(v))
+            else:
+                w2[col(sop, sop.fn(v)), h] = 1.0
+            h += 1
+        return h
+    first_sop, second_sop = sop.inputs  # sequence_map: unit (a, b) = relu(onehot_a + onehot_b - 1)
+    for a in value_sets[id(first_sop)]:
+        for b in value_sets[id(second_sop)]:
+            w1[h, col(first_sop, a)] = w1[h, col(second_sop, b)] = 1.0
+            b1[h] = -1.0
+            w2[col(sop, sop.fn(a, b)), h] = 1.0
+            h += 1
+    return h
+
+
+def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """The compiled model's answer: sequences (B, T) in 1..n_symbols -> (B, T), the argmax of
+    its logits at every position after BOS. The model's last attention weights stay in
+    compiled.model.layer_weights (one (B, 1 + T, 1 + T) per block)."""
+    _require_compiled_input(compiled, sequences)
+    ids = _with_bos(compiled, sequences)  # (B, 1 + T)
+    with torch.no_grad():
+        return compiled.model(ids)[:, 1:].argmax(-1)  # the model checks ids < V and the length
+
+
+def _require_compiled_input(compiled: object, sequences: object) -> None:
+    """compiled a CompiledProgram; sequences (B, T) integer symbols >= 1."""
+    require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
+    require_integer("sequences", sequences, 2, 2)
+    if sequences.numel() and int(sequences.min()) < 1:
+        raise ValueError(f"sequences must hold symbols >= 1 (0 is BOS), got {int(sequences.min())}")
+
+
+def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """sequences (B, T) of symbols >= 1 -> ids (B, 1 + T) with BOS first."""
+    bos = torch.full((len(sequences), 1), BOS_ID, dtype=sequences.dtype)
+    return torch.cat([bos, sequences], 1)
+
+
+def residual_stream(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
+    """The residual stream after the last block, BOS dropped: sequences (B, T) -> (B, T, D).
+    compiled.columns[name] says which columns hold which s-op."""
+    _require_compiled_input(compiled, sequences)
+    ids = _with_bos(compiled, sequences)
+    model = compiled.model
+    require_ids(ids, model.config, "BOS + sequences")
+    with torch.no_grad():
+        x = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, 1 + T, D)
+        for block in model.layers:
+            x = block.run(x)[0]
+    return x[:, 1:]
+
+
+# ---------------------------------------------------------------- the compiled program beside training
+
+def program_answer(task: str, sequences: Tensor) -> Tensor:
+    """What each program should output, from its definition (not from RASP): sequences (B, T)
+    -> (B, T): the reversed row, each token's count in its row, or the sorted row."""
+    require_choice("task", task, tuple(PROGRAMS))
+    require_integer("sequences", sequences, 2, 2)
+    if task == "reverse":
+        return sequences.flip(-1)
+    if task == "sort":
+        return sequences.sort(-1).values
+    return (sequences[:, :, None] == sequences[:, None, :]).sum(-1)  # (B, T, T) matches -> counts
+
+
+def random_sequences(task: str, n_sequences: int, length: int, n_symbols: int, generator: torch.Generator,
+                     held_out: bool | None = None) -> Tensor:
+    """n_sequences rows of `length` symbols in 1..n_symbols (distinct ones for "sort", which
+    RASP's sort assumes): any rows (held_out=None), or all from the held-out part (lesson 09's
+    is_held_out, about 1 row in 7) or none of it (held_out=False, for training)."""
+    from .transformer import is_held_out
+
+    require_choice("task", task, tuple(PROGRAMS))
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_count("n_symbols", n_symbols)
+    require_instance("generator", generator, torch.Generator)
+    if held_out is not None:
+        require_bool("held_out", held_out)
+    if task == "sort" and length > n_symbols:
+        raise ValueError(f"sort needs distinct symbols: length={length} must be at most n_symbols={n_symbols}")
+    rows: list[Tensor] = []
+    for _ in range(20):  # about 1 row in 7 is held out: draw plenty
+        draw = 8 * n_sequences + 16
+        if task == "sort":
+            x = torch.rand(draw, n_symbols, generator=generator).argsort(-1)[:, :length] + 1
+        else:
+            x = torch.randint(1, n_symbols + 1, (draw, length), generator=generator)
+        rows.append(x if held_out is None else x[is_held_out(x) == held_out])
+        if sum(len(r) for r in rows) >= n_sequences:
+            return torch.cat(rows)[:n_sequences]
+    raise ValueError(f"held_out={held_out}: too few rows of length={length} in 1..n_symbols={n_symbols} are "
+                     f"{'' if held_out else 'not '}held out to draw n_sequences={n_sequences}; use held_out=None")
+
+
+def train_like(compiled: CompiledProgram, task: str, length: int, steps: int = 100, lr: float = 1e-2,
+               seed: int = 0, n_sequences: int = 64) -> DecoderOnly:
+    """A DecoderOnly of the compiled model's very config (its seed: `seed`), trained from random
+    weights on `task` at one length, on inputs [BOS, x] outside the held-out part."""
+    require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
+    require_choice("task", task, tuple(PROGRAMS))
+    require_count("seed", seed, minimum=0)
+    config = compiled.model.config
+    model = DecoderOnly(ModelConfig(**{**config.__dict__, "seed": seed})).double()
+    n_symbols = int(compiled.model.tokens.weight[1:].abs().sum(-1).nonzero().max()) + 1
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        x = random_sequences(task, n_sequences, length, n_symbols, generator, held_out=False)
+        ignore = torch.full((n_sequences, 1), IGNORE)  # no loss at BOS
+        return _with_bos(compiled, x), torch.cat([ignore, program_answer(task, x)], 1)
+
+    train_tiny_model(model, make_batch, steps, lr, seed)
+    return model
+
+
+def attention_correlation(first: Tensor, second: Tensor) -> float:
+    """Pearson correlation of two attention maps over all their entries: (..., T, S) twice -> float."""
+    require_float("first", first, min_rank=2)
+    require_float("second", second, min_rank=2)
+    if first.shape != second.shape:
+        raise ValueError(f"first and second must have one shape, got {tuple(first.shape)} and {tuple(second.shape)}")
+    pair = torch.stack([first.flatten(), second.flatten()]).double()
+    if (pair.std(-1) == 0).any():
+        raise ValueError("an attention map that is the same everywhere has no correlation with anything")
+    return float(torch.corrcoef(pair)[0, 1])

@@ -2,34 +2,56 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from collections import Counter
 
 import networkx as nx
+import numpy as np
 import pytest
 import torch
 
 from course_lib.attention_graph import (
+    PROGRAMS,
+    aggregate,
+    associative_batch,
+    attention_correlation,
     attention_graph,
     attention_rollout,
-    associative_batch,
     claimed_force_field_gradient,
     clustered_patterns,
+    compile_program,
     draw_graph,
     force_field_energy,
     free_alignment,
     hopfield_energy,
     hopfield_run,
     hopfield_update,
+    indices,
     layered_graph,
+    map_values,
     noisy_queries,
+    program_answer,
     random_patterns,
+    random_sequences,
+    rasp_sort,
+    residual_stream,
     retrieval_rate,
     retrieved,
+    run_compiled,
+    run_program,
+    select,
+    selector_width,
+    sequence_map,
     token_ablation,
+    tokens,
+    train_like,
     with_residual,
 )
 from course_lib.copying import hand_set_induction_model
+from course_lib.model import Block, DecoderOnly
+from course_lib.transformer import is_held_out
 
 def random_weights(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -272,3 +294,123 @@ def test_svg_curve_draws_without_a_y_label():
     from course_lib.plots import svg_curve
 
     assert "<svg" in svg_curve([0, 1], {"a": [0, 1]})  # y_label defaults to ""
+
+
+# ---------------------------------------------------------------- the compiled program (RASP)
+
+BY_HAND = {  # each task from plain Python, independent of the module's own definitions
+    "reverse": lambda seq: seq[::-1],
+    "histogram": lambda seq: [Counter(seq)[t] for t in seq],
+    "sort": sorted,
+}
+
+
+def inputs(task, n, length, n_symbols=5, seed=0):
+    return random_sequences(task, n, length, n_symbols, torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("task", sorted(PROGRAMS))
+def test_compiled_program_answers_every_length_as_the_task_defines(task):
+    """Compiled weights, the interpreter and plain Python agree on random inputs of every length."""
+    compiled = compile_program(PROGRAMS[task](), n_symbols=5, max_len=5)
+    for length in range(1, 6):
+        x = inputs(task, 60, length, seed=length)
+        want = torch.tensor([BY_HAND[task](row) for row in x.tolist()])
+        assert torch.equal(run_compiled(compiled, x), want), (task, length)
+        assert torch.equal(program_answer(task, x), want)
+        assert [run_program(PROGRAMS[task](), row) for row in x[:10].tolist()] == want[:10].tolist()
+
+
+def test_compiled_model_is_the_course_model_and_its_forward():
+    compiled = compile_program(PROGRAMS["reverse"](), 5, 5)
+    model = compiled.model
+    assert type(model) is DecoderOnly and all(type(b) is Block for b in model.layers)
+    assert (model.config.norm, model.config.causal, model.config.n_heads) == ("none", False, None)
+    x = inputs("reverse", 20, 4)
+    ids = torch.cat([torch.zeros(20, 1, dtype=torch.long), x], 1)
+    assert torch.equal(model(ids)[:, 1:].argmax(-1), x.flip(-1))  # the model's own forward, no helper
+
+
+def test_sort_heads_draw_the_selectors_and_nothing_falls_back_on_bos():
+    """Block 1: each query's real edges are exactly the smaller tokens, BOS gets 1 / (count + 1);
+    block 2: each query puts (almost) all its weight on the one token whose place is its index,
+    never on BOS (a BOS that carried a place 0 would take index 0's query)."""
+    compiled = compile_program(rasp_sort(), 6, 6)
+    x = inputs("sort", 50, 6, n_symbols=6)
+    run_compiled(compiled, x)
+    first, second = (w[:, 1:] for w in compiled.model.layer_weights)  # (B, T, 1 + T)
+    smaller = x[:, None, :] < x[:, :, None]  # (B, T, T): [q, k] = token_k < token_q
+    assert torch.equal(first[..., 1:] > 1e-6, smaller)
+    assert torch.allclose(first[..., 0], 1 / (smaller.sum(-1) + 1).double(), atol=1e-9)
+    place = smaller.sum(-1)  # (B, T): the key whose place is i
+    target = place.argsort(-1)  # (B, T): for index i, the position with place i
+    read = second[..., 1:].gather(-1, target[..., None])[..., 0]
+    assert float(read.min()) > 0.999
+    assert float(second[..., 0].max()) < 1e-6
+
+
+def test_a_wrong_program_or_a_soft_head_is_caught():
+    """The 100% check can fail: sort with "<=" (each token counts itself) and a counting head too
+    soft to weigh BOS at 1 / (n + 1) both give wrong answers."""
+    x = inputs("sort", 200, 5)
+    place = selector_width(select(tokens, tokens, "<="))
+    wrong = compile_program(aggregate(select(place, indices, "=="), tokens), 5, 5)
+    assert (run_compiled(wrong, x) != x.sort(-1).values).any(-1).all()
+    x = inputs("histogram", 200, 5)  # a count read from a blurred 1 / (n + 1) comes out wrong
+    soft = compile_program(PROGRAMS["histogram"](), 5, 5, sharpness=1.0)
+    assert (run_compiled(soft, x) != program_answer("histogram", x)).any(-1).double().mean() > 0.9
+
+
+def test_two_heads_wanting_one_layer_get_two_blocks_and_maps_share_an_mlp():
+    same = aggregate(select(tokens, tokens, "=="), tokens, name="same")  # the token itself
+    before = map_values(lambda i: max(i - 1, 0), indices, name="before")
+    previous = aggregate(select(indices, before, "=="), tokens, name="previous")
+    program = sequence_map(lambda a, b: a + b, same, previous, name="sum")
+    compiled = compile_program(program, 4, 6)
+    assert sorted(compiled.heads) == ["previous", "same"]  # one head per block: two blocks, no empty one
+    x = inputs("reverse", 100, 6, n_symbols=4)
+    want = torch.tensor([run_program(program, row) for row in x.tolist()])
+    assert torch.equal(want[:, 1:], x[:, 1:] + x[:, :-1]) and torch.equal(want[:, 0], 2 * x[:, 0])
+    assert torch.equal(run_compiled(compiled, x), want)
+
+
+def test_a_numerical_map_writes_its_number_in_its_column():
+    half = map_values(lambda t: t / 2, tokens, numerical=True, name="half")
+    compiled = compile_program(half, 5, 4)
+    x = inputs("reverse", 30, 4)
+    column = residual_stream(compiled, x)[..., compiled.columns["half"]][..., 0]  # (B, T)
+    assert torch.allclose(column, x.double() / 2, atol=1e-12)
+
+
+def test_training_sees_no_held_out_row_and_the_correlation_is_pearson():
+    held = random_sequences("histogram", 200, 6, 5, torch.Generator().manual_seed(3), held_out=True)
+    seen = random_sequences("histogram", 200, 6, 5, torch.Generator().manual_seed(3), held_out=False)
+    assert is_held_out(held).all() and not is_held_out(seen).any()
+    compiled = compile_program(PROGRAMS["histogram"](), 5, 6)
+    trained = train_like(compiled, "histogram", 6, steps=3, seed=1)
+    assert trained.config == dataclasses.replace(compiled.model.config, seed=1)
+    assert not torch.equal(trained.readout.weight, compiled.model.readout.weight)
+    a, b = random_weights(2, 5, 5, seed=1), random_weights(2, 5, 5, seed=2)
+    want = np.corrcoef(a.flatten().numpy(), b.flatten().numpy())[0, 1]
+    assert attention_correlation(a, b) == pytest.approx(want, abs=1e-12)
+    assert attention_correlation(a, a) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: select(tokens, tokens, "=<"), ValueError, "predicate"),
+    (lambda: select(map_values(float, tokens, numerical=True), tokens, "=="), ValueError, "keys"),
+    (lambda: aggregate("not a selector", tokens), TypeError, "selector"),
+    (lambda: compile_program(map_values(lambda t: -t, tokens), 4, 4), ValueError, "program"),
+    (lambda: run_compiled(compile_program(rasp_sort(), 4, 4), torch.tensor([[0, 1]])), ValueError,
+     "sequences"),
+    (lambda: run_compiled(compile_program(rasp_sort(), 4, 4), torch.ones(1, 5, dtype=torch.long)),
+     ValueError, "length"),
+    (lambda: attention_correlation(random_weights(3, 3), random_weights(3, 4)), ValueError, "shape"),
+    (lambda: attention_correlation(torch.ones(3, 3), random_weights(3, 3)), ValueError, "same everywhere"),
+    (lambda: random_sequences("sort", 3, 6, 5, torch.Generator()), ValueError, "n_symbols"),
+    (lambda: train_like(compile_program(rasp_sort(), 4, 4), "copy", 4), ValueError, "task"),
+    (lambda: random_sequences("histogram", 5, 1, 5, torch.Generator(), held_out=True), ValueError, "held_out"),
+])
+def test_bad_programs_and_inputs_are_refused_by_name(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
