@@ -18,6 +18,7 @@ Dimension names: see course_lib/__init__.py. S source positions, T target positi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
@@ -215,6 +216,35 @@ def train_transformer(task: str = "reverse", config: ModelConfig | None = None, 
 
     label = task if progress is True else progress
     return model, train(loss_of_step, model.parameters(), steps, lr, progress=label)
+
+
+class TrainedRun(NamedTuple):
+    model: EncoderDecoder | DecoderOnly
+    losses: list[float]  # every training step's
+    accuracy: float  # held_out_accuracy on 500 held-out sources
+
+
+def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_sequences: int, length: int,
+                lr: float, gpt: bool = False, progress: bool | str = False, workers: int = 1) -> list[TrainedRun]:
+    """train_transformer(task, config with each seed, ...) for each seed (weights and batches from
+    that seed), with each model's held-out accuracy: one TrainedRun per seed. workers > 1 trains
+    that many at once (training.run_each: the same numbers)."""
+    require_instance("config", config, ModelConfig)
+    for seed in require_items("seeds", seeds):
+        require_count("seeds", seed, minimum=0)
+    require_bool("gpt", gpt)
+    job = functools.partial(_trained_run, task=task, config=config, steps=steps, n_sequences=n_sequences,
+                            length=length, lr=lr, gpt=gpt)
+    label = task if progress is True else progress
+    kind = "decoder-only" if gpt else "encoder-decoder"
+    return run_each(job, list(seeds), workers, label, [f"{kind}, seed {seed}" for seed in seeds])
+
+
+def _trained_run(seed: int, task: str, config: ModelConfig, steps: int, n_sequences: int, length: int, lr: float,
+                 gpt: bool) -> TrainedRun:
+    model, losses = train_transformer(task, dataclasses.replace(config, seed=seed), steps, n_sequences, length,
+                                      lr, seed, gpt=gpt)
+    return TrainedRun(model, losses, held_out_accuracy(model, task, length=length))
 
 
 def final_losses(task: str, configs: dict[str, Callable[[int], ModelConfig]],
