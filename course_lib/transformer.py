@@ -200,13 +200,8 @@ def train_transformer(task: str = "reverse", config: ModelConfig | None = None, 
     gpt=True trains decoder_only(config) on the same batches (sequence_loss says how) in place of
     the encoder-decoder; its sequences are 2 * length long, so config.max_len must hold them.
     """
-    require_choice("task", task, TASKS)
-    require_count("n_sequences", n_sequences)
-    require_count("length", length)
     config = transformer_config() if config is None else config
-    if require_bool("gpt", gpt):
-        require_length_fits(2 * length, require_instance("config", config, ModelConfig).max_len, "config.max_len",
-                            "2 * length (source, SEP, answer but its last token)")
+    _require_recipe(task, config, n_sequences, length, gpt)
     model = (decoder_only if gpt else transformer)(config).double()
     config = model.config
     generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
@@ -216,6 +211,18 @@ def train_transformer(task: str = "reverse", config: ModelConfig | None = None, 
 
     label = task if progress is True else progress
     return model, train(loss_of_step, model.parameters(), steps, lr, progress=label)
+
+
+def _require_recipe(task: object, config: object, n_sequences: object, length: object, gpt: object) -> None:
+    """What train_transformer needs before it builds a model: a known task, counts, a config, and
+    (gpt=True) room in config.max_len for source, SEP and answer."""
+    require_choice("task", task, TASKS)
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_instance("config", config, ModelConfig)
+    if require_bool("gpt", gpt):
+        require_length_fits(2 * length, config.max_len, "config.max_len",
+                            "2 * length (source, SEP, answer but its last token)")
 
 
 class TrainedRun(NamedTuple):
@@ -229,10 +236,11 @@ def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_
     """train_transformer(task, config with each seed, ...) for each seed (weights and batches from
     that seed), with each model's held-out accuracy: one TrainedRun per seed. workers > 1 trains
     that many at once (training.run_each: the same numbers)."""
-    require_instance("config", config, ModelConfig)
+    _require_recipe(task, config, n_sequences, length, gpt)  # before any run starts, in this process
+    require_count("steps", steps)
+    require_number("lr", lr, positive=True)
     for seed in require_items("seeds", seeds):
         require_count("seeds", seed, minimum=0)
-    require_bool("gpt", gpt)
     job = functools.partial(_trained_run, task=task, config=config, steps=steps, n_sequences=n_sequences,
                             length=length, lr=lr, gpt=gpt)
     label = task if progress is True else progress

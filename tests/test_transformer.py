@@ -34,6 +34,7 @@ from course_lib.transformer import (
     time_block_vs_rnn,
     time_one_pass_vs_steps,
     toy_batch,
+    train_seeds,
     train_transformer,
     transformer,
     transformer_config,
@@ -513,22 +514,25 @@ def test_cached_decoder_only_reads_the_kept_keys():
 
 
 def test_a_trained_decoder_only_reverses_held_out_sources():
-    """The lesson's decoder-only recipe (one block, 160 steps), seeds 0 to 2: at least 90% of
-    held-out sources exactly right, greedily decoded with the cache as without it."""
+    """The lesson's decoder-only recipe (one block, 160 steps at lr 0.005), seeds 0 to 3, through
+    train_seeds: at least 85% of held-out sources exactly right (94.6% the lowest seen), the
+    accuracy it reports is the model's own, and greedy decoding with the cache gives the same
+    tokens as without it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the lesson
     try:
-        for seed in range(3):
-            cfg = transformer_config(vocab_size=11, d_model=32, n_heads=4, d_ff=64, seed=seed)
-            model, losses = train_transformer("reverse", cfg, steps=160, n_sequences=64, lr=3.5e-3, seed=seed,
-                                              gpt=True)
-            assert isinstance(model, DecoderOnly) and losses[-1] < 0.1 * losses[0]
-            assert held_out_accuracy(model, "reverse") >= 0.9
-            batch = toy_batch("reverse", 100, 8, 10, torch.Generator().manual_seed(2), held_out=True)
-            assert torch.equal(greedy_decode(model, batch.src, 8, cache=True).tokens,
-                               greedy_decode(model, batch.src, 8).tokens)
+        cfg = transformer_config(vocab_size=11, d_model=32, n_heads=4, d_ff=64)
+        runs = train_seeds("reverse", cfg, [0, 1, 2, 3], steps=160, n_sequences=64, length=8, lr=5e-3, gpt=True)
     finally:
         torch.set_num_threads(threads)
+    batch = toy_batch("reverse", 100, 8, 10, torch.Generator().manual_seed(2), held_out=True)
+    for seed, run in enumerate(runs):
+        assert isinstance(run.model, DecoderOnly) and run.model.config.seed == seed
+        assert len(run.losses) == 160 and run.losses[-1] < 0.1 * run.losses[0]
+        assert run.accuracy == held_out_accuracy(run.model, "reverse") >= 0.85
+        assert torch.equal(greedy_decode(run.model, batch.src, 8, cache=True).tokens,
+                           greedy_decode(run.model, batch.src, 8).tokens)
+    assert len({run.accuracy for run in runs}) > 1  # four different seeds, not one run four times
 
 
 def test_decoder_only_input_is_refused_clearly():
