@@ -514,21 +514,21 @@ def test_cached_decoder_only_reads_the_kept_keys():
 
 
 def test_a_trained_decoder_only_reverses_held_out_sources():
-    """The lesson's decoder-only recipe (one block, 160 steps at lr 0.005), seeds 0 to 3, through
-    train_seeds: at least 85% of held-out sources exactly right (94.6% the lowest seen), the
+    """The lesson's decoder-only recipe (one block, 100 steps of 32 at lr 0.015), seeds 0 to 3, through
+    train_seeds: at least 85% of held-out sources exactly right (93.0% the lowest seen), the
     accuracy it reports is the model's own, and greedy decoding with the cache gives the same
     tokens as without it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the lesson
     try:
         cfg = transformer_config(vocab_size=11, d_model=32, n_heads=4, d_ff=64)
-        runs = train_seeds("reverse", cfg, [0, 1, 2, 3], steps=160, n_sequences=64, length=8, lr=5e-3, gpt=True)
+        runs = train_seeds("reverse", cfg, [0, 1, 2, 3], steps=100, n_sequences=32, length=8, lr=1.5e-2, gpt=True)
     finally:
         torch.set_num_threads(threads)
     batch = toy_batch("reverse", 100, 8, 10, torch.Generator().manual_seed(2), held_out=True)
     for seed, run in enumerate(runs):
         assert isinstance(run.model, DecoderOnly) and run.model.config.seed == seed
-        assert len(run.losses) == 160 and run.losses[-1] < 0.1 * run.losses[0]
+        assert len(run.losses) == 100 and run.losses[-1] < 0.1 * run.losses[0]
         assert run.accuracy == held_out_accuracy(run.model, "reverse") >= 0.85
         assert torch.equal(greedy_decode(run.model, batch.src, 8, cache=True).tokens,
                            greedy_decode(run.model, batch.src, 8).tokens)
