@@ -9,9 +9,11 @@ builds the model.
 With dropout 0 and ReLU, a block is torch's nn.TransformerEncoderLayer (no cross-attention) or
 nn.TransformerDecoderLayer (with it), post-LN or pre-LN (torch's norm_first), and the model's
 core is nn.Transformer: torch_copy.from_torch copies their weights in and the tests compare outputs
-and gradients. After the model: the toy tasks (reverse, sort), greedy decoding (with or without
-a KV cache), the lesson's measurements (the FFN's share, parallel vs sequential, rank collapse
-without residuals, post-LN vs pre-LN), and a reverser whose weights are set by hand.
+and gradients. After the model: the toy tasks (reverse, sort), the same tasks for a GPT-style
+`decoder_only` model (source, SEP, answer as one sequence, scored on the answer), greedy
+decoding of either model (with or without a KV cache), the lesson's measurements (the FFN's
+share, parallel vs sequential, rank collapse without residuals, post-LN vs pre-LN), and a
+reverser whose weights are set by hand.
 
 Dimension names: see course_lib/__init__.py. S source positions, T target positions.
 """
@@ -227,6 +229,7 @@ def _require_recipe(task: object, config: object, n_sequences: object, length: o
 
 
 class TrainedRun(NamedTuple):
+    """One trained seed, as train_seeds returns it."""
     model: EncoderDecoder | DecoderOnly
     losses: list[float]  # every training step's
     accuracy: float  # held_out_accuracy on 500 held-out sources
