@@ -515,7 +515,7 @@ def test_cached_decoder_only_reads_the_kept_keys():
 
 def test_a_trained_decoder_only_reverses_held_out_sources():
     """The lesson's decoder-only recipe (one block, 100 steps of 32 at lr 0.015), seeds 0 to 3, through
-    train_seeds: at least 85% of held-out sources exactly right (93.0% the lowest seen), the
+    train_seeds: at least 75% of held-out sources exactly right (83.0% the lowest over 20 seeds), the
     accuracy it reports is the model's own, and greedy decoding with the cache gives the same
     tokens as without it."""
     threads = torch.get_num_threads()
@@ -529,7 +529,7 @@ def test_a_trained_decoder_only_reverses_held_out_sources():
     for seed, run in enumerate(runs):
         assert isinstance(run.model, DecoderOnly) and run.model.config.seed == seed
         assert len(run.losses) == 100 and run.losses[-1] < 0.1 * run.losses[0]
-        assert run.accuracy == held_out_accuracy(run.model, "reverse") >= 0.85
+        assert run.accuracy == held_out_accuracy(run.model, "reverse") >= 0.75
         assert torch.equal(greedy_decode(run.model, batch.src, 8, cache=True).tokens,
                            greedy_decode(run.model, batch.src, 8).tokens)
     assert len({run.accuracy for run in runs}) > 1  # four different seeds, not one run four times
