@@ -9,15 +9,18 @@ builds the model.
 With dropout 0 and ReLU, a block is torch's nn.TransformerEncoderLayer (no cross-attention) or
 nn.TransformerDecoderLayer (with it), post-LN or pre-LN (torch's norm_first), and the model's
 core is nn.Transformer: torch_copy.from_torch copies their weights in and the tests compare outputs
-and gradients. After the model: the toy tasks (reverse, sort), greedy decoding (with or without
-a KV cache), the lesson's measurements (the FFN's share, parallel vs sequential, rank collapse
-without residuals, post-LN vs pre-LN), and a reverser whose weights are set by hand.
+and gradients. After the model: the toy tasks (reverse, sort), the same tasks for a GPT-style
+`decoder_only` model (source, SEP, answer as one sequence, scored on the answer), greedy
+decoding of either model (with or without a KV cache), the lesson's measurements (the FFN's
+share, parallel vs sequential, rank collapse without residuals, post-LN vs pre-LN), and a
+reverser whose weights are set by hand.
 
 Dimension names: see course_lib/__init__.py. S source positions, T target positions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
@@ -29,7 +32,7 @@ from torch import Tensor, nn
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_integer,
                      require_items, require_length_fits, require_mask, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
-from .model import Block, EncoderDecoder, FeedForward, ModelConfig, require_ids
+from .model import Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig, Positions, require_ids
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
 from .training import run_each, train
@@ -147,26 +150,62 @@ def toy_batch(task: str, n_sequences: int, length: int, n_symbols: int, generato
     return Batch(src, torch.cat([bos, answer[:, :-1]], dim=1), answer)
 
 
-def sequence_loss(model: EncoderDecoder, batch: Batch) -> Tensor:
-    """Mean cross-entropy of the teacher-forced logits against every answer token."""
-    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+MODELS = (EncoderDecoder, DecoderOnly)
+MODELS_TEXT = "an EncoderDecoder (see transformer) or a causal DecoderOnly (see decoder_only)"
+
+
+def decoder_only(config: ModelConfig) -> DecoderOnly:
+    """The GPT-style model on the same task: one causal stack over source, SEP, answer (see
+    joined), with lesson 04's sinusoidal positions as the encoder-decoder's: ids (B, L) -> logits
+    (B, L, V). config.n_encoder_layers is not used; config.causal must be True."""
+    require_instance("config", config, ModelConfig)
+    if not config.causal:
+        raise ValueError("config.causal must be True: a decoder-only model that sees the answer ahead "
+                         "learns to copy it")
+    return DecoderOnly(config, SinusoidalPositionalEncoding(config.max_len, config.d_model))
+
+
+SEP = BOS  # the decoder-only model's separator between source and answer: the same token 0
+
+
+def joined(batch: Batch) -> Tensor:
+    """The decoder-only model's sequences: source, SEP, answer: (B, S + 1 + T). It reads all but
+    the last token and is scored only where the next token is an answer token."""
     require_instance("batch", batch, Batch, "a Batch (see toy_batch)")
-    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+    return torch.cat([batch.src, batch.tgt_in[:, :1].clone().fill_(SEP), batch.tgt_out], dim=1)
+
+
+def sequence_loss(model: EncoderDecoder | DecoderOnly, batch: Batch) -> Tensor:
+    """Mean cross-entropy of the teacher-forced logits against every answer token.
+
+    An EncoderDecoder reads src and tgt_in; a DecoderOnly reads joined(batch) but its last token,
+    and only its rows at SEP and after (each predicting the next answer token) are scored: the
+    source is given, not learned, as the encoder-decoder's is.
+    """
+    require_instance("model", model, MODELS, MODELS_TEXT)
+    require_instance("batch", batch, Batch, "a Batch (see toy_batch)")
+    if isinstance(model, EncoderDecoder):
+        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+    else:
+        S = batch.src.shape[1]
+        logits = model(joined(batch)[:, :-1])[:, S:]  # (B, T, V): the rows at SEP and after
     return nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten())
 
 
 def train_transformer(task: str = "reverse", config: ModelConfig | None = None, steps: int = 200,
                       n_sequences: int = 64, length: int = 8, lr: float = 3e-3, seed: int = 0,
-                      progress: bool | str = False) -> tuple[EncoderDecoder, list[float]]:
+                      progress: bool | str = False, gpt: bool = False
+                      ) -> tuple[EncoderDecoder | DecoderOnly, list[float]]:
     """Train a float64 transformer on `task` with the course's one loop (Adam); returns (model, losses).
 
     Sources have `length` symbols in 1..vocab_size-1 (0 is BOS) and never come from the held-out part.
     progress=True shows a bar labelled with the task, with the step and the loss.
+    gpt=True trains decoder_only(config) on the same batches (sequence_loss says how) in place of
+    the encoder-decoder; its sequences are 2 * length long, so config.max_len must hold them.
     """
-    require_choice("task", task, TASKS)
-    require_count("n_sequences", n_sequences)
-    require_count("length", length)
-    model = transformer(transformer_config() if config is None else config).double()
+    config = transformer_config() if config is None else config
+    _require_recipe(task, config, n_sequences, length, gpt)
+    model = (decoder_only if gpt else transformer)(config).double()
     config = model.config
     generator = torch.Generator().manual_seed(require_count("seed", seed, minimum=0))
 
@@ -175,6 +214,49 @@ def train_transformer(task: str = "reverse", config: ModelConfig | None = None, 
 
     label = task if progress is True else progress
     return model, train(loss_of_step, model.parameters(), steps, lr, progress=label)
+
+
+def _require_recipe(task: object, config: object, n_sequences: object, length: object, gpt: object) -> None:
+    """What train_transformer needs before it builds a model: a known task, counts, a config, and
+    (gpt=True) room in config.max_len for source, SEP and answer."""
+    require_choice("task", task, TASKS)
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_instance("config", config, ModelConfig)
+    if require_bool("gpt", gpt):
+        require_length_fits(2 * length, config.max_len, "config.max_len",
+                            "2 * length (source, SEP, answer but its last token)")
+
+
+class TrainedRun(NamedTuple):
+    """One trained seed, as train_seeds returns it."""
+    model: EncoderDecoder | DecoderOnly
+    losses: list[float]  # every training step's
+    accuracy: float  # held_out_accuracy on 500 held-out sources
+
+
+def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_sequences: int, length: int,
+                lr: float, gpt: bool = False, progress: bool | str = False, workers: int = 1) -> list[TrainedRun]:
+    """train_transformer(task, config with each seed, ...) for each seed (weights and batches from
+    that seed), with each model's held-out accuracy: one TrainedRun per seed. workers > 1 trains
+    that many at once (training.run_each: the same numbers)."""
+    _require_recipe(task, config, n_sequences, length, gpt)  # before any run starts, in this process
+    require_count("steps", steps)
+    require_number("lr", lr, positive=True)
+    for seed in require_items("seeds", seeds):
+        require_count("seeds", seed, minimum=0)
+    job = functools.partial(_trained_run, task=task, config=config, steps=steps, n_sequences=n_sequences,
+                            length=length, lr=lr, gpt=gpt)
+    label = task if progress is True else progress
+    kind = "decoder-only" if gpt else "encoder-decoder"
+    return run_each(job, list(seeds), workers, label, [f"{kind}, seed {seed}" for seed in seeds])
+
+
+def _trained_run(seed: int, task: str, config: ModelConfig, steps: int, n_sequences: int, length: int, lr: float,
+                 gpt: bool) -> TrainedRun:
+    model, losses = train_transformer(task, dataclasses.replace(config, seed=seed), steps, n_sequences, length,
+                                      lr, seed, gpt=gpt)
+    return TrainedRun(model, losses, held_out_accuracy(model, task, length=length))
 
 
 def final_losses(task: str, configs: dict[str, Callable[[int], ModelConfig]],
@@ -221,7 +303,7 @@ def _logits(model: EncoderDecoder, tgt_in: Tensor, memory: Tensor, src_mask: Ten
 
 
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, src: Tensor, steps: int, cache: bool = False,
+def greedy_decode(model: EncoderDecoder | DecoderOnly, src: Tensor, steps: int, cache: bool = False,
                   src_mask: Tensor | None = None) -> Decoding:
     """Encode src (B, S) once; then `steps` times: decode the prefix, append the argmax token.
 
@@ -229,11 +311,23 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, steps: int, cache: bool = 
     cache=False runs the decoder on the whole prefix at every step; cache=True gives it only
     the newest token, and each block reuses the keys and values kept from earlier steps.
     src_mask: (B, S), True = real token, for sources padded at the end (None: all real).
+    A DecoderOnly (decoder_only) continues src, SEP instead, and its cross_weights are its last
+    block's self-attention weights from the newest row onto the S source positions.
     """
-    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    require_instance("model", model, MODELS, MODELS_TEXT)
     require_ids(src, model.config, "src")
     require_count("steps", steps)
     require_bool("cache", cache)
+    if isinstance(model, DecoderOnly):
+        if src_mask is not None:
+            raise ValueError("src_mask must be None for a DecoderOnly: its sources are not padded")
+        if not model.config.causal:
+            raise ValueError("model.config.causal must be True: greedy decoding writes one token after another")
+        if type(model.positions).rotate is not Positions.rotate or model.positions.score_bias(1) is not None:
+            raise ValueError("model's positions must be added to the tokens (none, learned or sinusoidal): "
+                             "rotations and score biases are not given the cached positions here")
+        require_length_fits(src.shape[1] + steps, model.config.max_len, "model", "src, SEP and steps - 1 tokens")
+        return _continue(model, src, steps, cache)
     if src_mask is not None:
         require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
     require_length_fits(steps, model.config.max_len, "model", "steps")
@@ -252,6 +346,38 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, steps: int, cache: bool = 
     return Decoding(prefix[:, 1:], torch.stack(logits, 1), torch.stack(weights, 2))
 
 
+def _continue(model: DecoderOnly, src: Tensor, steps: int, cache: bool) -> Decoding:
+    """greedy_decode for a DecoderOnly: the prompt src, SEP (B, S + 1) goes in whole at the first
+    step; then, with a cache, only the newest token (its blocks keep the keys and values), without
+    one, the model's own forward on the whole sequence written so far."""
+    S = src.shape[1]
+    sequence = torch.cat([src, torch.full((src.shape[0], 1), SEP)], dim=1)  # (B, S + 1)
+    caches: list[dict] = [{} for _ in model.layers]  # per block: self-attention's keys and values
+    logits, weights = [], []
+    for _ in range(steps):
+        if cache:
+            start = caches[0]["k"].shape[-2] if caches[0] else 0  # positions already kept
+            last, attended = _cached_rows(model, sequence[:, start:], start, caches)
+        else:
+            last, attended = model(sequence)[:, -1], model.layer_weights[-1][..., -1, :]  # (B, V), (B, [H,] L)
+        logits.append(last)
+        weights.append(attended[..., :S])  # (B, [H,] S): the newest row's weights on the source
+        sequence = torch.cat([sequence, last.argmax(-1, keepdim=True)], dim=1)
+    return Decoding(sequence[:, S + 1:], torch.stack(logits, 1), torch.stack(weights, -2))
+
+
+def _cached_rows(model: DecoderOnly, new: Tensor, start: int, caches: list[dict]) -> tuple[Tensor, Tensor]:
+    """DecoderOnly.forward for the positions start .. start + n - 1 only, new (B, n) their ids, the
+    earlier ones' keys and values kept in `caches`: -> (the last row's logits (B, V), its weights in
+    the last block (B, [H,] start + n))."""
+    x = model.positions.add(model.tokens(new).to(model.readout.weight.dtype), start)  # (B, n, D)
+    mask = causal_mask(start + new.shape[1])[start:]  # (n, start + n): the new rows only
+    for block, kept in zip(model.layers, caches):
+        x, weights, _ = block.run(x, mask, cache=(kept, None))
+    x = x if model.norm is None else model.norm(x)
+    return model.readout(x[:, -1]), weights[..., -1, :]
+
+
 def exact_match(predicted: Tensor, answer: Tensor) -> float:
     """Share of rows whose every token is right: predicted, answer (B, T) -> a float in [0, 1]."""
     require_integer("predicted", predicted, 2, 2)
@@ -262,14 +388,15 @@ def exact_match(predicted: Tensor, answer: Tensor) -> float:
     return (predicted == answer).all(-1).double().mean().item()
 
 
-def held_out_accuracy(model: EncoderDecoder, task: str, n_sequences: int = 500, length: int = 8,
+def held_out_accuracy(model: EncoderDecoder | DecoderOnly, task: str, n_sequences: int = 500, length: int = 8,
                       seed: int = 1) -> float:
-    """Exact-sequence accuracy of greedy decoding on held-out sources (never trained on)."""
-    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    """Exact-sequence accuracy of greedy decoding on held-out sources (never trained on). Decoded
+    with the KV cache: the same tokens as without it (lesson 09 checks), in less time."""
+    require_instance("model", model, MODELS, MODELS_TEXT)
     require_count("seed", seed, minimum=0)
     batch = toy_batch(task, n_sequences, length, model.config.vocab_size - 1, torch.Generator().manual_seed(seed),
                       held_out=True)
-    return exact_match(greedy_decode(model, batch.src, length).tokens, batch.tgt_out)
+    return exact_match(greedy_decode(model, batch.src, length, cache=True).tokens, batch.tgt_out)
 
 
 # ---------------------------------------------------------------- measurements: parameters and time
