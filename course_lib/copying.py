@@ -22,8 +22,8 @@ from torch import Tensor
 from .attention import Attention
 from .attention_scores import attention_scores, scaled_dot_product_attention
 from .guards import (broadcast_shape, require_bool, require_choice, require_count, require_float, require_float_dtype,
-                     require_index, require_instance, require_integer, require_number, require_same_dtype,
-                     require_same_shape)
+                     require_index, require_instance, require_integer, require_items, require_number,
+                     require_same_dtype, require_same_shape)
 from .masks import causal_mask
 from .model import DecoderOnly, ModelConfig, require_ids
 from .training import IGNORE, train, train_tiny_model
@@ -626,6 +626,72 @@ def position_losses(logits: Tensor, targets: Tensor) -> Tensor:
     return torch.where(count > 0, mean, torch.nan)
 
 
+class ProbeScores(NamedTuple):
+    """One model on repeated random tokens (repeated_tokens_batch), as Olsson et al. 2022 test it."""
+    prefix_matching: float  # the layer's mean weight, over the second copy's queries, on the token after the earlier one
+    first_loss: float  # mean loss (nats) predicting tokens 2 .. half of the first copy: unknowable
+    second_loss: float  # mean loss predicting the second copy's tokens 2 .. half: each seen before
+    accuracy: float  # share of those second-copy tokens that are the model's top answer
+
+    @property
+    def in_context(self) -> float:
+        """The in-context-learning score: late tokens' loss minus early tokens' (nats; < 0 helps)."""
+        return self.second_loss - self.first_loss
+
+
+@torch.no_grad()
+def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, layer: int | None = None,
+                          ablate: int | None = None, how: str = "zero") -> ProbeScores:
+    """Measure `model` on a repeated_tokens_batch: ids, targets (B, 2 half + 1).
+
+    Prefix matching is read from the attention of `layer` (None: the last): at each of the
+    second copy's queries (positions half + 1 .. 2 half), its weight on the key holding the token
+    that followed the query's token last time (induction_scores). The losses compare the same offsets into each copy: the
+    first copy's positions 1 .. half - 1 against the second's half + 1 .. 2 half - 1, so the
+    in-context score is late minus early as Olsson et al. 2022 define it.
+    ablate: a layer whose attention output is knocked out for the run, `how` as run_ablated.
+    """
+    require_instance("model", model, DecoderOnly)
+    require_integer("ids", ids, 2, 2)
+    T = ids.shape[-1]
+    half = (T - 1) // 2
+    if T % 2 == 0 or half < 2:
+        raise ValueError(f"ids must be repeated random tokens of odd length T = 2 half + 1 >= 5 (as "
+                         f"repeated_tokens_batch makes them), got shape {tuple(ids.shape)}")
+    if not torch.equal(ids[:, 1:half + 1], ids[:, half + 1:]):
+        raise ValueError(f"ids must be repeated random tokens: [BOS], a block of {half} tokens, the same block "
+                         "again; in the ids passed the two halves after position 0 differ")
+    layer = len(model.layers) - 1 if layer is None else require_index("layer", layer, len(model.layers), "layers")
+    # (B, T, V); either run keeps each layer's attention weights in model.layer_weights
+    logits = model(ids) if ablate is None else run_ablated(model, ids, ablate, how)[0]
+    losses = position_losses(logits, targets)  # (T,); checks targets
+    early, late = slice(1, half), slice(half + 1, 2 * half)
+    right = logits.argmax(-1)[:, late] == targets[:, late]  # (B, half - 1)
+    matching = induction_scores(model.layer_weights[layer], ids)[half + 1:]  # (half,): every second-copy query
+    return ProbeScores(float(matching.mean()), float(losses[early].mean()), float(losses[late].mean()),
+                       float(right.double().mean()))
+
+
+def step_of_change(steps: list[int], values: list[float], share: float = 0.5) -> int:
+    """The first of `steps` at which `values` have made `share` of their change from the first
+    value to the last (a score measured at checkpoints of a training run; rising or falling).
+
+    steps: increasing ints, one per value. share 0.5: the halfway step; 0.1 and 0.9 bound the
+    window in which most of the change happens.
+    """
+    require_items("steps", steps)
+    if len(values) != len(steps) or len(steps) < 2:
+        raise ValueError(f"steps and values must be two or more, one value per step, got {len(steps)} steps and "
+                         f"{len(values)} values")
+    if any(type(k) is not int for k in steps) or any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"steps must be increasing ints, got {list(steps)[:6]}")
+    share = require_number("share", share, positive=True, at_most=1.0)  # a fraction of the change
+    first, change = values[0], values[-1] - values[0]
+    if change == 0:
+        raise ValueError(f"values must change between the first step and the last: both are {first}")
+    return next(k for k, v in zip(steps, values) if (v - first) / change >= share)
+
+
 def k_composition(model: DecoderOnly, samples: int = 100, seed: int = 0) -> tuple[float, float]:
     """Weight-based K-composition of layer 1's OV circuit into layer 2's keys, and its baseline.
 
@@ -722,23 +788,50 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
                           steps: int = 300, lr: float = 0.01, seed: int = 0,
                           periods: tuple[int, ...] = (2, 3, 4, 5, 6, 7),
                           prefix: tuple[int, int] = (0, 16), batch: int = 64,
-                          progress: bool | str = False) -> tuple[DecoderOnly, list[float]]:
-    """A two-layer attention-only causal DecoderOnly (float64) trained on induction_batch.
+                          progress: bool | str = False, layers: int = 2,
+                          on_step: Callable[[DecoderOnly, int], None] | None = None
+                          ) -> tuple[DecoderOnly, list[float]]:
+    """An attention-only causal DecoderOnly (float64, two layers by default) trained on
+    induction_batch.
 
     The filler prefix P is drawn up to the most that fits, so the first repeat lands at every
     position: with a fixed start (P = 0) a model can learn a shortcut at late positions that
     only works once the block has come back twice. progress=True shows a bar labelled
     "induction" with the step and the loss (a string names the task otherwise).
+    layers=1 trains the control of Olsson et al. 2022: the same data, steps and width, one layer.
+    on_step(model, k) is called before step k's batch, after k updates (k = 0 .. steps - 1), to
+    measure the model as it trains; it must not change the model (the caller's measurement
+    runs under no_grad and draws from its own generator, so the run is the same with or
+    without it). Measure the finished model after the call returns.
     """
     _require_sizes(vocab_size, length, d_model, seed, batch)
     progress = "induction" if progress is True else progress
     if not (progress is False or isinstance(progress, str)):
         raise TypeError(f"progress must be True, False or the task's name, got {progress!r}")
-    model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model, n_decoder_layers=2,
-                                 d_ff=0, seed=seed)).to(torch.float64)
+    require_count("layers", layers)
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be None or a function (model, step) -> None, got {type(on_step).__name__}")
+    model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
+                                    n_decoder_layers=layers, d_ff=0, seed=seed)).to(torch.float64)
     make_batch = induction_batch(batch, length, vocab_size, periods, prefix)
+    if on_step is not None:
+        make_batch = _calling_before(make_batch, lambda k: on_step(model, k))
     losses = train_tiny_model(model, make_batch, steps, lr, seed, progress=progress)
     return model, losses
+
+
+def _calling_before(make_batch: Batches, call: Callable[[int], None]) -> Batches:
+    """make_batch that first calls call(k) on its k-th use (k = 0, 1, ...): the training loop
+    draws one batch per step, so k is the number of updates made so far."""
+    count = [0]
+
+    def counted(generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():
+            call(count[0])
+        count[0] += 1
+        return make_batch(generator)
+
+    return counted
 
 
 # ------------------------------------------------- the seed's argument: copying without softmax
