@@ -13,8 +13,9 @@ Shapes use the course's names (course_lib/__init__.py): B, T, S, D, d_k, d_v, V.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from .guards import (broadcast_shape, require_bool, require_choice, require_coun
                      require_same_dtype, require_same_shape)
 from .masks import causal_mask
 from .model import DecoderOnly, ModelConfig, require_ids
-from .training import IGNORE, train, train_tiny_model
+from .training import IGNORE, run_each, train, train_tiny_model
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
 BOS = 0  # the induction data's first token: it never appears again, so nothing copies it
@@ -662,6 +663,9 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
         raise ValueError(f"ids must be repeated random tokens: [BOS], a block of {half} tokens, the same block "
                          "again; in the ids passed the two halves after position 0 differ")
     layer = len(model.layers) - 1 if layer is None else require_index("layer", layer, len(model.layers), "layers")
+    if ablate is not None:
+        require_index("ablate", ablate, len(model.layers), "layers")
+    require_choice("how", how, ("zero", "mean"))
     # (B, T, V); either run keeps each layer's attention weights in model.layer_weights
     logits = model(ids) if ablate is None else run_ablated(model, ids, ablate, how)[0]
     losses = position_losses(logits, targets)  # (T,); checks targets
@@ -680,6 +684,7 @@ def step_of_change(steps: list[int], values: list[float], share: float = 0.5) ->
     window in which most of the change happens.
     """
     require_items("steps", steps)
+    values = [require_number(f"values[{i}]", v) for i, v in enumerate(require_items("values", values))]
     if len(values) != len(steps) or len(steps) < 2:
         raise ValueError(f"steps and values must be two or more, one value per step, got {len(steps)} steps and "
                          f"{len(values)} values")
@@ -820,6 +825,49 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
     return model, losses
 
 
+class TrackedRun(NamedTuple):
+    """A training run of train_induction_model and its probe scores as it trained."""
+    model: DecoderOnly
+    losses: list[float]  # every step's training loss
+    track: dict[int, ProbeScores]  # step k (after k updates) -> repeated_tokens_probe's scores
+
+
+def train_induction_runs(layers: Sequence[int], probe: tuple[Tensor, Tensor], every: int = 10, seed: int = 0,
+                         workers: int = 1, progress: bool | str = False, **settings) -> list[TrackedRun]:
+    """One train_induction_model run per entry of `layers` (its number of layers; `seed` and
+    `settings`, the function's other arguments, shared), each measured as it trains:
+    repeated_tokens_probe on `probe` (ids, targets (B, T) of a repeated_tokens_batch) every
+    `every` steps and after the last.
+
+    workers=2 trains two runs at once in forked processes (training.run_each: the same numbers,
+    one thread each). progress=True shows one bar, labelled "induction", with each run's step
+    and loss.
+    """
+    layers = [require_count("layers", n) for n in require_items("layers", layers)]
+    if not (isinstance(probe, tuple) and len(probe) == 2):
+        raise TypeError(f"probe must be (ids, targets) of a repeated_tokens_batch, got {type(probe).__name__}")
+    require_integer("probe ids", probe[0], 2, 2)
+    require_same_shape("probe targets", require_integer("probe targets", probe[1], 2, 2), "probe ids", probe[0])
+    require_count("every", every)
+    require_count("seed", seed, minimum=0)
+    label = "induction" if progress is True else progress
+    names = [f"{n} layer{'s' * (n > 1)}, seed {seed}" for n in layers]
+    return run_each(functools.partial(_tracked_run, probe=probe, every=every, seed=seed, settings=settings), layers,
+                    workers, label, names)
+
+
+def _tracked_run(layers: int, probe: tuple[Tensor, Tensor], every: int, seed: int, settings: dict) -> TrackedRun:
+    track: dict[int, ProbeScores] = {}
+
+    def record(model: DecoderOnly, step: int) -> None:
+        if step % every == 0:
+            track[step] = repeated_tokens_probe(model, *probe)
+
+    model, losses = train_induction_model(seed=seed, layers=layers, on_step=record, **settings)
+    track[len(losses)] = repeated_tokens_probe(model, *probe)
+    return TrackedRun(model, losses, track)
+
+
 def _calling_before(make_batch: Batches, call: Callable[[int], None]) -> Batches:
     """make_batch that first calls call(k) on its k-th use (k = 0, 1, ...): the training loop
     draws one batch per step, so k is the number of updates made so far."""
@@ -919,6 +967,24 @@ def unnormalised_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr:
         mixed, value_t = best_value()
         error = float(((mixed @ value_t - tokens) ** 2).sum(-1).mean())
     return UnnormalisedCopyFit(error, query.detach(), value_t.T.contiguous())
+
+
+def unnormalised_copy_fits(problems: Sequence[dict], workers: int = 1) -> list[UnnormalisedCopyFit]:
+    """unnormalised_copy_fit(**problem) for each problem, a dict of its arguments (tokens,
+    context, and steps, lr, seed as wanted), in order. workers > 1 fits that many at once in
+    forked processes (training.run_each: the same fits, in less wall time on that many cores).
+    """
+    problems = require_items("problems", problems)
+    for k, problem in enumerate(problems):
+        if not isinstance(problem, dict):
+            raise TypeError(f"problems must hold dicts of unnormalised_copy_fit's arguments, got "
+                            f"{type(problem).__name__} at position {k}")
+        _require_copy_problem(problem.get("tokens"), problem.get("context"))
+    return run_each(_fit_problem, problems, workers)
+
+
+def _fit_problem(problem: dict) -> UnnormalisedCopyFit:
+    return unnormalised_copy_fit(**problem)
 
 
 def softmax_copy_error(tokens: Tensor, context: Tensor, query: Tensor) -> float:

@@ -15,9 +15,10 @@ from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, 
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
                              induction_scores, k_composition, matching_keys, ov_circuit,
                              ov_copy_scores, position_copy_head, position_losses, repeat_once_batch,
-                             repeated_tokens_batch, run_ablated, second_layer_weights,
-                             softmax_copy_error, source_weight, token_codes, train_copy_model,
-                             train_induction_model, unnormalised_attention, unnormalised_copy_fit,
+                             repeated_tokens_batch, repeated_tokens_probe, run_ablated, second_layer_weights,
+                             softmax_copy_error, source_weight, step_of_change, token_codes, train_copy_model,
+                             train_induction_model, train_induction_runs, unnormalised_attention,
+                             unnormalised_copy_fit, unnormalised_copy_fits,
                              weight_on_source)
 from course_lib.masks import causal_mask
 from course_lib.model import DecoderOnly, ModelConfig
@@ -559,7 +560,12 @@ def test_repeat_once_batch_has_one_earlier_occurrence_and_its_successor_as_targe
     assert copy_accuracy(hand, ids, targets) == 1.0
 
 
-def _induction_measurements(model, losses):
+def _probe():
+    """The lesson's repeated random tokens: [BOS], 11 distinct tokens, the same 11; 500 sequences."""
+    return repeated_tokens_batch(500, 11, 24)(torch.Generator().manual_seed(300))
+
+
+def _induction_measurements(model, losses, track):
     """Everything section 5 of the lesson claims about the trained induction model."""
     V, T = 24, 24
     held_out = torch.Generator().manual_seed(100)
@@ -577,34 +583,41 @@ def _induction_measurements(model, losses):
     to = {level: 10 + next(i for i, x in enumerate(smooth) if x < level) for level in (2.0, 0.5)}
     ov = ov_circuit(model, layer=1)
     late = induction_batch(200, T, V, (3,), (16, 16))(torch.Generator().manual_seed(4))
-    start_gen = torch.Generator().manual_seed(200)
-    starts = [(s, L) for s in range(1, 21) for L in range(2, 8) if s + 2 * L <= T]
-    by_start = copy_accuracies(model, [induction_batch(50, T, V, (L,), (s - 1, s - 1))(start_gen)
-                                       for s, L in starts])
+    start_gen = torch.Generator().manual_seed(200)  # starts 1 .. 9 are the grid's cells, as in the lesson
+    later = [(s, L) for s in range(10, 21) for L in range(2, 8) if s + 2 * L <= T]
+    starts = [(P + 1, L) for P, L in cells] + later
+    by_start = grid + copy_accuracies(model, [induction_batch(50, T, V, (L,), (s - 1, s - 1))(start_gen)
+                                              for s, L in later])
     worst = {s: min(a for (t, _), a in zip(starts, by_start) if t == s) for s, _ in starts}
     natural = repeat_once_batch(1000, T, V)(torch.Generator().manual_seed(5))
     # the probe of Olsson et al.: [BOS], 11 random tokens, the same again
-    rep_ids, rep_targets = repeated_tokens_batch(500, 11, V)(torch.Generator().manual_seed(300))
-    early, second = slice(1, 11), slice(12, 22)
-    probe = {}  # (layer, how) -> (loss on the first copy, on the second, accuracy on the second)
-    for layer, how in [(None, "zero"), (0, "zero"), (0, "mean"), (1, "zero"), (1, "mean")]:
-        logits, outputs = run_ablated(model, rep_ids, layer, how)
-        losses_at = position_losses(logits, rep_targets)
-        right = (logits.argmax(-1)[:, second] == rep_targets[:, second]).double().mean()
-        probe[layer, how] = (float(losses_at[early].mean()), float(losses_at[second].mean()), float(right))
-        if layer is None:
-            direct = outputs[1] @ model.readout.weight.T  # layer 2's head alone
-    model(rep_ids)
-    prefix = induction_scores(model.layer_weights[1], rep_ids)[12:]
+    rep_ids, rep_targets = _probe()
+    second = slice(12, 22)
+    probe = {(layer, how): repeated_tokens_probe(model, rep_ids, rep_targets, ablate=layer, how=how)
+             for layer, how in [(None, "zero"), (0, "zero"), (0, "mean"), (1, "zero"), (1, "mean")]}
+    direct = run_ablated(model, rep_ids)[1][1] @ model.readout.weight.T  # layer 2's head alone
     knocked = [p for key, p in probe.items() if key[0] is not None]
+    intact = probe[None, "zero"]
+    steps = sorted(track)
+    window = {name: {share: step_of_change(steps, [getattr(track[k], field) if field else track[k].in_context
+                                                   for k in steps], share) for share in (0.1, 0.5, 0.9)}
+              for name, field in (("matching", "prefix_matching"), ("icl", ""), ("second", "second_loss"))}
     return {
-        "prefix matching": float(prefix.mean()),
+        "prefix matching": intact.prefix_matching,
         "copying": float((direct.argmax(-1)[:, second] == rep_targets[:, second]).double().mean()),
-        "second copy loss": probe[None, "zero"][1],
-        "late - early": probe[None, "zero"][1] - probe[None, "zero"][0],
-        "knocked out, best accuracy": max(p[2] for p in knocked),
-        "knocked out, lowest loss": min(p[1] for p in knocked),
-        "layer 1 zeroed, loss": probe[0, "zero"][1], "layer 2 zeroed, loss": probe[1, "zero"][1],
+        "probe accuracy": intact.accuracy,
+        "second copy loss": intact.second_loss,
+        "late - early": intact.in_context,
+        "knocked out, best accuracy": max(p.accuracy for p in knocked),
+        "knocked out, lowest loss": min(p.second_loss for p in knocked),
+        "layer 1 zeroed, loss": probe[0, "zero"].second_loss, "layer 2 zeroed, loss": probe[1, "zero"].second_loss,
+        # the training run as the lesson records it (every 10 steps, 100 of the probe's sequences)
+        "matching 10%": window["matching"][0.1], "matching 90%": window["matching"][0.9],
+        "matching 10% to 90%": window["matching"][0.9] - window["matching"][0.1],
+        "halfway, icl - matching": abs(window["icl"][0.5] - window["matching"][0.5]),
+        "halfway, second copy - matching": abs(window["second"][0.5] - window["matching"][0.5]),
+        "10%, matching - icl": window["matching"][0.1] - window["icl"][0.1],
+        "first copy at step 0": track[0].first_loss, "first copy at the end": track[steps[-1]].first_loss,
         "K-composition": k_composition(model)[0],
         "lowest cell": min(grid),
         "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0],
@@ -625,12 +638,16 @@ def _induction_measurements(model, losses):
 
 @pytest.fixture(scope="module")
 def trained_inductors():
-    return {seed: _induction_measurements(*train_induction_model(seed=seed)) for seed in SEEDS}
+    rep_ids, rep_targets = _probe()
+    # as the lesson trains and records them: with the one-layer control, 100 of the probe's sequences
+    runs = {seed: train_induction_runs((2, 1), (rep_ids[:100], rep_targets[:100]), seed=seed) for seed in SEEDS}
+    return {seed: (_induction_measurements(*two), two, control) for seed, (two, control) in runs.items()}
 
 
 def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained_inductors):
     """Section 5 trains seed 0; its claims, with its bounds, hold for seeds 0 .. 4."""
-    for seed, m in trained_inductors.items():
+    measured = {seed: m for seed, (m, _, _) in trained_inductors.items()}
+    for seed, m in measured.items():
         assert m["lowest cell"] >= 0.97, (seed, m)
         assert m["steps 2 to 0.5"] <= m["steps to 2"] - 1, (seed, m)
         assert m["layer 1 mean 1..18"] >= 0.8 and m["layer 1 max 20..23"] <= 0.2, (seed, m)
@@ -644,7 +661,11 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
         assert m["second copy loss"] <= 0.2 and m["late - early"] <= -5, (seed, m)
         assert m["knocked out, best accuracy"] <= 0.1 and m["knocked out, lowest loss"] >= 3, (seed, m)
         assert m["K-composition"] >= 0.3, (seed, m)
-    runs = list(trained_inductors.values())
+        # over training: one short window, in which the in-context score changes too
+        assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 100, (seed, m)
+        assert m["halfway, icl - matching"] <= 30, (seed, m)
+        assert m["first copy at step 0"] <= 4 and m["first copy at the end"] >= 5, (seed, m)
+    runs = list(measured.values())
     ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
     print(ranges)
     # the ranges the lesson's text states for seeds 0 .. 4, as it prints them
@@ -661,7 +682,11 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
               "prefix matching": ("{:.2f}", "0.89", "0.95"), "copying": ("{:.1%}", "98.8%", "99.9%"),
               "second copy loss": ("{:.2f}", "0.02", "0.05"), "late - early": ("{:.1f}", "-11.1", "-8.4"),
               "layer 1 zeroed, loss": ("{:.1f}", "5.4", "6.7"), "layer 2 zeroed, loss": ("{:.1f}", "3.6", "3.9"),
-              "K-composition": ("{:.2f}", "0.35", "0.38")}
+              "K-composition": ("{:.2f}", "0.35", "0.38"), "probe accuracy": ("{:.1%}", "98.8%", "99.8%"),
+              "matching 10%": ("{}", "80", "120"), "matching 90%": ("{}", "140", "200"),
+              "matching 10% to 90%": ("{}", "50", "80"), "halfway, icl - matching": ("{}", "0", "10"),
+              "halfway, second copy - matching": ("{}", "0", "10"), "10%, matching - icl": ("{}", "10", "40"),
+              "first copy at step 0": ("{:.1f}", "3.5", "3.6"), "first copy at the end": ("{:.1f}", "8.5", "11.0")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
     assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
@@ -805,3 +830,126 @@ def test_k_composition_of_the_hand_set_circuit_and_of_a_miswired_one():
     with pytest.raises(ValueError, match="one-head"):
         k_composition(heads)
 
+
+
+def test_repeated_tokens_probe_is_the_lessons_measurement_by_hand():
+    """On the hand-set circuit: layer 2 prefix-matches every second-copy query and predicts every
+    second-copy token; the losses are position_losses at the two copies' offsets; a knockout is
+    run_ablated's; layer 0 (the previous-token head) does not prefix-match."""
+    model = hand_set_induction_model(token_codes(12, 12), 13)
+    ids, targets = repeated_tokens_batch(40, 6, 12)(torch.Generator().manual_seed(1))
+    probe = repeated_tokens_probe(model, ids, targets)
+    assert probe.prefix_matching > 0.999 and probe.accuracy == 1.0
+    losses = position_losses(model(ids), targets)
+    assert math.isclose(probe.first_loss, float(losses[1:6].mean()))
+    assert math.isclose(probe.second_loss, float(losses[7:12].mean()))
+    # its logits are code . copied code, at most 1 apart: a lower loss, not a near-zero one
+    assert probe.in_context == probe.second_loss - probe.first_loss < -0.5
+    assert repeated_tokens_probe(model, ids, targets, layer=0).prefix_matching < 0.01
+    knocked = repeated_tokens_probe(model, ids, targets, ablate=0, how="mean")
+    logits, _ = run_ablated(model, ids, 0, "mean")
+    assert math.isclose(knocked.second_loss, float(position_losses(logits, targets)[7:12].mean()))
+    assert knocked.accuracy < 0.3
+    # what a careless caller passes: not a repeat, an even length, a layer that is not there
+    other = ids.clone()
+    other[:, 9] = other[:, 4]  # position 9 repeats 3: now it differs (the block has distinct tokens)
+    with pytest.raises(ValueError, match="two halves after position 0 differ"):
+        repeated_tokens_probe(model, other, targets)
+    with pytest.raises(ValueError, match="odd length"):
+        repeated_tokens_probe(model, ids[:, :12], targets[:, :12])
+    with pytest.raises(ValueError, match="ablate=2 is out of range"):
+        repeated_tokens_probe(model, ids, targets, ablate=2)
+    with pytest.raises(ValueError, match="how must be one of"):
+        repeated_tokens_probe(model, ids, targets, ablate=1, how="max")
+
+
+def test_step_of_change_finds_the_share_of_the_change_rising_falling_and_overshooting():
+    steps = [0, 10, 20, 30, 40]
+    assert [step_of_change(steps, [0, 0, 1, 5, 10], s) for s in (0.1, 0.5, 0.9, 1.0)] == [20, 30, 40, 40]
+    assert step_of_change(steps, [3.0, 3.0, 1.0, 0.5, 0.0], 0.5) == 20  # a falling loss
+    # a score that overshoots its final value reaches the share early, and stays found
+    assert step_of_change(steps, [0.0, 0.2, 1.4, 1.2, 1.0], 0.9) == 20
+    for bad, match in [(dict(values=[1, 1, 1, 1, 1]), "must change"), (dict(values=[0, 1]), "one value per step"),
+                       (dict(steps=[0, 10, 10, 30, 40]), "increasing ints"), (dict(share=0.0), "share must be positive"),
+                       (dict(share=1.5), "share must be at most 1"), (dict(values=[0, 1, "2", 3, 4]), r"values\[2\]")]:
+        call = {"steps": steps, "values": [0, 1, 2, 3, 4], "share": 0.5, **bad}
+        with pytest.raises((ValueError, TypeError), match=match):
+            step_of_change(**call)
+
+
+def test_on_step_sees_every_step_on_the_model_in_training_and_changes_nothing():
+    """on_step(model, k) comes before step k's update, on the model being trained; a run with it
+    gives the same losses and weights as one without (the lesson records the run it shows)."""
+    small = dict(vocab_size=8, length=10, d_model=8, steps=6, periods=(2, 3), prefix=(0, 2), batch=8, seed=3)
+    seen, weights = [], []
+
+    def record(model, step):
+        seen.append(step)
+        weights.append(model.readout.weight.clone())
+        model(torch.ones(4, 10, dtype=torch.long))  # a measurement runs the model
+
+    model, losses = train_induction_model(on_step=record, **small)
+    plain, plain_losses = train_induction_model(**small)
+    assert seen == list(range(6)) and losses == plain_losses
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), plain.state_dict().values()))
+    # step k sees the model after k updates: the model a k-step run returns
+    for k in (1, 2):
+        assert torch.equal(weights[k], train_induction_model(**{**small, "steps": k})[0].readout.weight)
+    assert not torch.equal(weights[0], weights[1])
+    with pytest.raises(TypeError, match="on_step must be None or a function"):
+        train_induction_model(on_step="print", **small)
+    assert len(train_induction_model(layers=1, **small)[0].layers) == 1
+
+
+@pytest.fixture(scope="module")
+def one_layer_controls(trained_inductors):
+    """The lesson's control, trained beside each induction model, on the whole probe."""
+    rep_ids, rep_targets = _probe()
+    return {seed: repeated_tokens_probe(control.model, rep_ids, rep_targets)
+            for seed, (_, _, control) in trained_inductors.items()}
+
+
+def test_runs_on_two_cores_are_the_runs_on_one(trained_inductors):
+    """The lesson trains its two runs at once (workers=2, forked): the same losses and scores."""
+    rep_ids, rep_targets = _probe()
+    forked = train_induction_runs((2, 1), (rep_ids[:100], rep_targets[:100]), workers=2)
+    _, *in_process = trained_inductors[0]
+    for run, same in zip(forked, in_process):
+        assert run.losses == same.losses and run.track == same.track
+        assert all(torch.equal(a, b) for a, b in zip(run.model.state_dict().values(), same.model.state_dict().values()))
+    assert [len(run.model.layers) for run in forked] == [2, 1]
+    assert sorted(forked[0].track) == list(range(0, 301, 10))
+
+
+def test_one_layer_control_learns_no_induction_for_every_seed(one_layer_controls, trained_inductors):
+    """Trained as the two-layer model, one layer learns no induction (Olsson et al.'s control);
+    its own tracked run never prefix-matches at any checkpoint."""
+    for seed, (_, _, control) in trained_inductors.items():
+        assert len(control.model.layers) == 1 and len(control.losses) == 300
+        assert max(p.prefix_matching for p in control.track.values()) <= 0.1, seed
+    for seed, p in one_layer_controls.items():
+        assert p.prefix_matching <= 0.1 and p.accuracy <= 0.1, (seed, p)
+        assert p.second_loss >= 3.0 and p.in_context >= -3.0, (seed, p)
+    runs = list(one_layer_controls.values())
+    ranges = {field: (min(getattr(p, field) for p in runs), max(getattr(p, field) for p in runs))
+              for field in ("prefix_matching", "accuracy", "second_loss", "in_context")}
+    print(ranges)
+    # the ranges the lesson's table states for seeds 0 .. 4
+    stated = {"prefix_matching": ("{:.3f}", "0.008", "0.013"), "accuracy": ("{:.1%}", "0.5%", "0.6%"),
+              "second_loss": ("{:.1f}", "4.8", "5.1"), "in_context": ("{:.1f}", "-1.5", "-0.8")}
+    for field, (form, low, high) in stated.items():
+        assert (form.format(ranges[field][0]), form.format(ranges[field][1])) == (low, high), (field, ranges[field])
+
+
+def test_unnormalised_copy_fits_are_the_fits_one_by_one_also_on_two_cores():
+    tokens = token_codes(12, 4, seed=1)
+    problems = [dict(tokens=tokens, context=tokens[:1].expand(2, 4), steps=20, seed=s) for s in (None, 0, 1)]
+    alone = [unnormalised_copy_fit(**p) for p in problems]
+    for workers in (1, 2):
+        fits = unnormalised_copy_fits(problems, workers=workers)
+        assert [f.error for f in fits] == [f.error for f in alone]  # in order, the same numbers
+        assert all(torch.equal(f.value, a.value) for f, a in zip(fits, alone))
+    with pytest.raises(TypeError, match="problems must hold dicts"):
+        unnormalised_copy_fits([(tokens, tokens[:1])])
+    with pytest.raises(ValueError, match="context .* must have the width and dtype of tokens"):
+        unnormalised_copy_fits([dict(tokens=tokens, context=torch.ones(2, 5, dtype=torch.float64))])
