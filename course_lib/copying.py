@@ -676,6 +676,31 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
                        float(right.double().mean()))
 
 
+@torch.no_grad()
+def logit_paths(model: DecoderOnly, ids: Tensor) -> dict[str, Tensor]:
+    """ids (B, T) -> {path: (B, T, V)}: the logits of an attention-only DecoderOnly (residual, no
+    norm, no FFN), split by the path they come along, as direct logit attribution does.
+
+    With no norm the logits are linear in the residual stream, and the stream is the embedding
+    plus what each layer's attention wrote: logits = (x + out_1 + ... + out_K) W_U^T + b_U.
+    "direct": x W_U^T, the token and position rows straight to the read-out; "layer k": out_k W_U^T,
+    what layer k's head wrote (its b_O included), with the attention weights the model computed;
+    "bias": b_U at every position. The paths sum to model(ids) up to rounding.
+    """
+    require_instance("model", model, DecoderOnly)
+    if not model.config.residual or model.norm is not None or any(b.ffn is not None for b in model.layers):
+        raise ValueError("model must be attention-only with a residual stream and no norm (config residual=True, "
+                         "norm='none', d_ff=0): only then are its logits a sum over paths")
+    _, outputs = run_ablated(model, ids)  # each layer's attention output (B, T, D); checks ids
+    embedded = model.positions.add(model.tokens(ids).to(model.readout.weight.dtype))  # (B, T, D)
+    readout = model.readout.weight  # (V, D)
+    paths = {"direct": embedded @ readout.T}
+    for k, out in enumerate(outputs):
+        paths[f"layer {k + 1}"] = out @ readout.T
+    paths["bias"] = model.readout.bias.detach().expand_as(paths["direct"])  # a view would keep requires_grad
+    return paths
+
+
 def step_of_change(steps: list[int], values: list[float], share: float = 0.5) -> int:
     """The first of `steps` at which `values` have made `share` of their change from the first
     value to the last (a score measured at checkpoints of a training run; rising or falling).

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, copy_batch,
                              copy_lead, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
-                             induction_scores, k_composition, matching_keys, ov_circuit,
+                             induction_scores, k_composition, logit_paths, matching_keys, ov_circuit,
                              ov_copy_scores, position_copy_head, position_losses, repeat_once_batch,
                              repeated_tokens_batch, repeated_tokens_probe, run_ablated, second_layer_weights,
                              softmax_copy_error, source_weight, step_of_change, token_codes, train_copy_model,
@@ -598,6 +598,13 @@ def _induction_measurements(model, losses, track):
     direct = run_ablated(model, rep_ids)[1][1] @ model.readout.weight.T  # layer 2's head alone
     knocked = [p for key, p in probe.items() if key[0] is not None]
     intact = probe[None, "zero"]
+    paths = logit_paths(model, rep_ids)
+    with torch.no_grad():
+        sum_error = float((sum(paths.values()) - model(rep_ids)).abs().max())
+    right = rep_targets[:, second, None]
+    lead = {name: p[:, second].gather(-1, right)[..., 0] - p[:, second].mean(-1) for name, p in paths.items()}
+    layer2_first = float((torch.stack([lead[n] for n in ("direct", "layer 1", "layer 2")]).argmax(0) == 2)
+                         .double().mean())
     steps = sorted(track)
     window = {name: {share: step_of_change(steps, [getattr(track[k], field) if field else track[k].in_context
                                                    for k in steps], share) for share in (0.1, 0.5, 0.9)}
@@ -617,6 +624,9 @@ def _induction_measurements(model, losses, track):
         "halfway, icl - matching": abs(window["icl"][0.5] - window["matching"][0.5]),
         "halfway, second copy - matching": abs(window["second"][0.5] - window["matching"][0.5]),
         "10%, matching - icl": window["matching"][0.1] - window["icl"][0.1],
+        "paths, sum error": sum_error, "layer 2 lead": float(lead["layer 2"].mean()),
+        "direct lead": float(lead["direct"].mean()), "layer 1 lead": float(lead["layer 1"].mean()),
+        "layer 2 largest": layer2_first,
         "first copy at step 0": track[0].first_loss, "first copy at the end": track[steps[-1]].first_loss,
         "K-composition": k_composition(model)[0],
         "lowest cell": min(grid),
@@ -665,6 +675,9 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
         assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 100, (seed, m)
         assert m["halfway, icl - matching"] <= 30, (seed, m)
         assert m["first copy at step 0"] <= 4 and m["first copy at the end"] >= 5, (seed, m)
+        # the logits split by path: layer 2 carries the answer
+        assert m["paths, sum error"] <= 1e-10 and m["layer 2 lead"] >= 5, (seed, m)
+        assert max(abs(m["direct lead"]), abs(m["layer 1 lead"])) <= 1 and m["layer 2 largest"] >= 0.95, (seed, m)
     runs = list(measured.values())
     ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
     print(ranges)
@@ -686,10 +699,13 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
               "matching 10%": ("{}", "80", "120"), "matching 90%": ("{}", "140", "200"),
               "matching 10% to 90%": ("{}", "50", "80"), "halfway, icl - matching": ("{}", "0", "10"),
               "halfway, second copy - matching": ("{}", "0", "10"), "10%, matching - icl": ("{}", "10", "40"),
+              "layer 2 lead": ("{:.1f}", "12.0", "14.3"), "direct lead": ("{:.2f}", "0.08", "0.17"),
+              "layer 1 lead": ("{:.2f}", "-0.08", "-0.03"), "layer 2 largest": ("{:.2%}", "99.82%", "99.98%"),
               "first copy at step 0": ("{:.1f}", "3.5", "3.6"), "first copy at the end": ("{:.1f}", "8.5", "11.0")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
-    assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
+    assert f"{ranges['starts 19, 20'][1]:.0%}" == "4%", ranges  # "at most 4%"
+    assert f"{ranges['paths, sum error'][1]:.1e}" == "1.1e-14", ranges  # "within 1.1e-14"
     assert f"{ranges['knocked out, best accuracy'][1]:.1%}" == "5.3%", ranges  # "at most 5.3%"
 
 
@@ -953,3 +969,21 @@ def test_unnormalised_copy_fits_are_the_fits_one_by_one_also_on_two_cores():
         unnormalised_copy_fits([(tokens, tokens[:1])])
     with pytest.raises(ValueError, match="context .* must have the width and dtype of tokens"):
         unnormalised_copy_fits([dict(tokens=tokens, context=torch.ones(2, 5, dtype=torch.float64))])
+
+
+def test_logit_paths_of_the_hand_set_circuit_are_layer_2_alone():
+    """The hand-set read-out reads only the 'copied' coordinates, which only layer 2 writes: the
+    direct path and layer 1 give exactly 0, and layer 2 plus the bias is the model's logits."""
+    model = hand_set_induction_model(token_codes(12, 12), 13)
+    ids, _ = repeated_tokens_batch(30, 6, 12)(torch.Generator().manual_seed(4))
+    paths = logit_paths(model, ids)
+    assert list(paths) == ["direct", "layer 1", "layer 2", "bias"]
+    assert not paths["direct"].any() and not paths["layer 1"].any()
+    assert torch.allclose(paths["layer 2"] + paths["bias"], model(ids), atol=1e-12, rtol=0)
+    trained = DecoderOnly(ModelConfig(vocab_size=12, max_len=13, d_model=8, n_decoder_layers=2, seed=1)).double()
+    found = logit_paths(trained, ids)
+    assert not any(p.requires_grad for p in found.values())  # measurements, not part of a graph
+    assert torch.allclose(sum(found.values()), trained(ids).detach(), atol=1e-12, rtol=0)
+    for config in (dict(norm="pre"), dict(d_ff=16)):  # a norm or an MLP: the logits are no sum of paths
+        with pytest.raises(ValueError, match="attention-only with a residual stream and no norm"):
+            logit_paths(DecoderOnly(ModelConfig(vocab_size=12, max_len=13, d_model=8, **config)), ids)
