@@ -399,8 +399,8 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
      lambda: dict(model=decoder(n_decoder_layers=2), **dict(zip(("ids", "targets"), copying.repeated_tokens_batch(2, 2, 8)(g))),
                   layer=None, ablate=0, how="mean")),
     ("copying", "train_induction_runs", lambda: copying.train_induction_runs,
-     lambda: dict(layers=(1, 2), probe=tuple(copying.repeated_tokens_batch(2, 2, 8)(g)), every=1, seed=0, workers=1,
-                  progress=False, vocab_size=8, length=10, d_model=8, steps=2, periods=(2, 3), batch=4)),
+     lambda: dict(layers=(1,), probe=tuple(copying.repeated_tokens_batch(2, 3, 24)(g)), every=100, seed=0, workers=1,
+                  progress=False)),  # the lesson's defaults: one 300-step run of one layer, about a second
     ("copying", "logit_paths", lambda: copying.logit_paths, lambda: dict(model=decoder(n_decoder_layers=2), ids=ids())),
     ("copying", "step_of_change", lambda: copying.step_of_change,
      lambda: dict(steps=[0, 10, 20], values=[0.0, 0.5, 1.0], share=0.5)),
