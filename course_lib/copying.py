@@ -629,7 +629,7 @@ def position_losses(logits: Tensor, targets: Tensor) -> Tensor:
 
 class ProbeScores(NamedTuple):
     """One model on repeated random tokens (repeated_tokens_batch), as Olsson et al. 2022 test it."""
-    prefix_matching: float  # the layer's mean weight, over the second copy's queries, on the token after the earlier one
+    prefix_matching: float  # the layer's mean weight, second copy's queries, on the token after their first
     first_loss: float  # mean loss (nats) predicting tokens 2 .. half of the first copy: unknowable
     second_loss: float  # mean loss predicting the second copy's tokens 2 .. half: each seen before
     accuracy: float  # share of those second-copy tokens that are the model's top answer
@@ -646,10 +646,11 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
     """Measure `model` on a repeated_tokens_batch: ids, targets (B, 2 half + 1).
 
     Prefix matching is read from the attention of `layer` (None: the last): at each of the
-    second copy's queries (positions half + 1 .. 2 half), its weight on the key holding the token
-    that followed the query's token last time (induction_scores). The losses compare the same offsets into each copy: the
-    first copy's positions 1 .. half - 1 against the second's half + 1 .. 2 half - 1, so the
-    in-context score is late minus early as Olsson et al. 2022 define it.
+    second copy's queries (positions half + 1 .. 2 half), its weight on the key holding the
+    token that followed the query's token last time (induction_scores). The losses compare the
+    same offsets into each copy: the first copy's positions 1 .. half - 1 against the second's
+    half + 1 .. 2 half - 1, so the in-context score is late minus early as Olsson et al. 2022
+    define it.
     ablate: a layer whose attention output is knocked out for the run, `how` as run_ablated.
     """
     require_instance("model", model, DecoderOnly)
