@@ -352,6 +352,9 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
      lambda: dict(losses=randn(2, 5), level=0.5, window=2)),
     ("normalization", "shifted_accuracy", lambda: normalization.shifted_accuracy,
      lambda: dict(model=normalization.SeedMLP([0, 1], "none"), seeds=[0, 1], shift=2.0, n=8)),
+    ("normalization", "train_shifted", lambda: normalization.train_shifted,
+     lambda: dict(model=normalization.SeedMLP([0, 1], "none"), seeds=[0, 1], steps=2, trained=0, shift=2.0,
+                  lr=0.1, batch=4)),
     # lesson 06
     ("copying", "position_copy_head", lambda: copying.position_copy_head,
      lambda: dict(d_model=8, offset=1, tokens=slice(0, 2), positions=slice(2, 4), write=slice(4, 6), gap=20.0, bias=True,
@@ -953,6 +956,8 @@ CASES: list[Call] = [
     case("normalization", "RMSNorm.forward", "wrong width", "x", lambda: normalization.RMSNorm(4)(randn(2, 3, 5))),
     case("normalization", "RMSNorm", "eps=-1", "eps", lambda: normalization.RMSNorm(4, eps=-1.0)),
     case("normalization", "normalize_tokens", "kind='group'", "kind", lambda: normalization.normalize_tokens("group", randn(2, 3, 4))),
+    case("normalization", "train_shifted", "seeds the model was not built with", "seeds",
+         lambda: normalization.train_shifted(normalization.SeedMLP([0, 1], "none"), [0], 2, 0, 1.0)),
     case("normalization", "normalize_tokens", "mask with kind='layer'", "mask",
          lambda: normalization.normalize_tokens("layer", randn(2, 3, 4), mask=bool_ones(2, 3))),
     case("normalization", "dependence_mask", "index of the wrong length", "index",
