@@ -454,6 +454,16 @@ def _require_seeds(seeds: object) -> list[int]:
     return seeds
 
 
+def _require_model_seeds(model: object, seeds: object) -> list[int]:
+    """model: a SeedMLP; seeds: the list it was built with (as many)."""
+    require_instance("model", model, SeedMLP)
+    seeds = _require_seeds(seeds)
+    if len(seeds) != model.weights[0].shape[0]:
+        raise ValueError(f"seeds must be the {model.weights[0].shape[0]} seeds the model was built with, "
+                         f"got {len(seeds)}: {seeds}")
+    return seeds
+
+
 def labelled_inputs(seeds: list[int], n: int, shift: float = 0.0, test: bool = False, d_in: int = 16,
                     n_classes: int = 4) -> tuple[Tensor, Tensor]:
     """Per seed: n inputs x (S, n, d_in), labels argmax(x W_teacher) (S, n).
@@ -549,25 +559,45 @@ def train_seed_mlps(seeds: list[int], norm: str, steps: int, lr: float = 0.5, ba
     """Train SeedMLP(seeds, norm, bias) with plain SGD on labelled_inputs(seeds, steps * batch).
 
     Returns the model and the training losses (S, steps): entry [s, i] is seed s's loss on its
-    batch at step i, before that step's update. Summing the seeds' losses gives each seed
-    exactly its own gradient (their parameters are disjoint).
+    batch at step i, before that step's update.
     """
     seeds = _require_seeds(seeds)
     require_choice("norm", norm, MLP_NORMS)
     steps, batch = require_count("steps", steps), require_count("batch", batch, minimum=2)
     lr, bias = require_number("lr", lr, positive=True), require_bool("bias", bias)
     model = SeedMLP(seeds, norm, bias)
-    x, y = labelled_inputs(seeds, steps * batch)
+    return model, _sgd(model, *labelled_inputs(seeds, steps * batch), lr, batch)
+
+
+def train_shifted(model: SeedMLP, seeds: list[int], steps: int, trained: int, shift: float, lr: float = 0.5,
+                  batch: int = 64) -> Tensor:
+    """Train `model` `steps` more SGD steps on the next inputs of its training stream, moved by
+    `shift` (labelled_inputs): a covariate shift in the middle of training. The labels stay.
+
+    model: trained `trained` steps by train_seed_mlps(seeds, ..., batch=batch), whose stream of
+    inputs this continues (plain SGD keeps no state, so nothing else is needed). Returns the
+    losses (S, steps), each before its step's update. The model is changed in place.
+    """
+    seeds = _require_model_seeds(model, seeds)
+    steps, trained = require_count("steps", steps), require_count("trained", trained, minimum=0)
+    batch, lr = require_count("batch", batch, minimum=2), require_number("lr", lr, positive=True)
+    x, y = labelled_inputs(seeds, (trained + steps) * batch, require_number("shift", shift))
+    return _sgd(model, x[:, trained * batch:], y[:, trained * batch:], lr, batch)
+
+
+def _sgd(model: SeedMLP, x: Tensor, y: Tensor, lr: float, batch: int) -> Tensor:
+    """Plain SGD on x (S, steps * batch, d_in), y (S, steps * batch), one batch per step, in order:
+    the losses (S, steps), each before its step's update. Summing the seeds' losses gives each
+    seed exactly its own gradient (their parameters are disjoint)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for step in range(steps):
-        part = slice(step * batch, (step + 1) * batch)
-        loss = _mlp_loss(model, x[:, part], y[:, part])  # (S,)
+    for start in range(0, x.shape[1], batch):
+        loss = _mlp_loss(model, x[:, start:start + batch], y[:, start:start + batch])  # (S,)
         optimizer.zero_grad()
         loss.sum().backward()
         optimizer.step()
         losses.append(loss.detach())
-    return model, torch.stack(losses, 1)
+    return torch.stack(losses, 1)
 
 
 def steps_to_reach(losses: Tensor, level: float, window: int = 10) -> Tensor:
@@ -592,9 +622,6 @@ def shifted_accuracy(model: SeedMLP, seeds: list[int], shift: float, n: int = 20
     seeds must be the ones the model was trained with. A "batch" model normalizes with the
     statistics of this test batch (it keeps no running ones), which re-centres a shifted batch.
     """
-    require_instance("model", model, SeedMLP)
-    seeds = _require_seeds(seeds)
-    if len(seeds) != model.weights[0].shape[0]:
-        raise ValueError(f"seeds has {len(seeds)} seeds but the model was built for {model.weights[0].shape[0]}")
+    seeds = _require_model_seeds(model, seeds)
     x, y = labelled_inputs(seeds, require_count("n", n, minimum=2), require_number("shift", shift), test=True)
     return (model(x).argmax(-1) == y).double().mean(-1)

@@ -503,6 +503,44 @@ def rank_one_residual(x: Tensor) -> Tensor:
     return residual.norm(dim=(-2, -1)) / x.norm(dim=(-2, -1))
 
 
+def position_probe(model: EncoderDecoder, src: Tensor) -> list[float]:
+    """How well a linear read-out finds each source row's position in the encoder's stream.
+
+    src: (B, S) sources without padding, B >= 2. The stream is read where the position enters
+    (token plus position), after each encoder block, and in the memory the decoder reads (after
+    the encoder's final norm). At each place, least squares fits a map from the rows (and a
+    constant 1) to one-hot positions on the first B // 2 sources; the score is the fraction of
+    the other sources' rows whose largest output is their own position (chance: 1 / S). The fit
+    is ridge regression with a tiny penalty: a LayerNorm's output rows sum to 0, so the columns
+    are linearly dependent, and plain least squares would then give a read-out that changes with
+    the last bits of rounding (from one CPU kernel to another).
+    Returns 2 + n_encoder_layers accuracies, in that order.
+    """
+    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    if require_integer("src", src, min_rank=2, max_rank=2).shape[0] < 2:
+        raise ValueError(f"src must hold at least 2 sources (half fit the read-out, half test it), "
+                         f"got shape {tuple(src.shape)}")
+    B, S = src.shape
+    with torch.no_grad():
+        x = model.embed(src)  # (B, S, D)
+        stream = [x]
+        for block in model.encoder:  # _encode's loop, keeping what enters each block
+            x = block.run(x)[0]  # (B, S, D)
+            stream.append(x)
+        stream.append(model.encoder_norm(x))
+    half = B // 2
+    positions = torch.eye(S, dtype=x.dtype).expand(half, S, S).flatten(0, 1)  # (half S, S): one-hot
+    penalty = 1e-6 * torch.eye(x.shape[-1] + 1, dtype=x.dtype)  # (D + 1, D + 1)
+    accuracies = []
+    for rows in stream:
+        rows = torch.cat([rows, torch.ones(B, S, 1, dtype=rows.dtype)], -1)  # (B, S, D + 1)
+        fit = rows[:half].flatten(0, 1)  # (half S, D + 1)
+        read_out = torch.linalg.solve(fit.T @ fit + penalty, fit.T @ positions)  # (D + 1, S)
+        guess = (rows[half:] @ read_out).argmax(-1)  # (B - half, S)
+        accuracies.append((guess == torch.arange(S)).double().mean().item())
+    return accuracies
+
+
 # ---------------------------------------------------------------- reversal, set by hand
 
 def hand_set_reverser(length: int = 8, vocab_size: int = 11, max_len: int = 16,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -511,7 +513,7 @@ def test_normalization_widget_renders_every_setting_without_errors():
 # ---------------------------------------------------------------- convergence and biases (section 11)
 
 from course_lib.normalization import (SeedMLP, labelled_inputs, shifted_accuracy, steps_to_reach,  # noqa: E402
-                                      train_seed_mlps)
+                                      train_seed_mlps, train_shifted)
 
 
 @pytest.mark.parametrize("norm", ["none", "batch", "layer", "rms"])
@@ -568,7 +570,30 @@ def test_shifted_accuracy_is_the_share_of_right_answers_on_the_test_draw():
     assert torch.equal(shifted_accuracy(model, [0, 1], 2.0, n=64), expected)
 
 
+def test_training_on_after_a_shift_of_zero_is_training_longer():
+    """train_shifted continues the same stream of inputs: with shift 0, 20 + 10 steps are 30 steps."""
+    model, _ = train_seed_mlps([2, 4], "layer", 20)
+    continued = train_shifted(model, [2, 4], 10, trained=20, shift=0.0)
+    longer, losses = train_seed_mlps([2, 4], "layer", 30)
+    torch.testing.assert_close(continued, losses[:, 20:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(model.weights[0], longer.weights[0], atol=1e-6, rtol=0)
+    trained, before = train_seed_mlps([2, 4], "layer", 60)
+    moved = train_shifted(trained, [2, 4], 5, trained=60, shift=8.0)
+    jump = moved.max(-1).values / before[:, -10:].mean(-1)  # (S,): the lesson's jump, on 2 other seeds
+    assert float(jump.min()) > 2
+
+
+def test_batchnorm_in_training_mode_does_not_see_a_shift():
+    """Each batch is normalized with its own mean, and the shift moves every input of a batch alike."""
+    model, _ = train_seed_mlps([1, 3], "batch", 20)
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(train_shifted(model, [1, 3], 10, 20, shift=8.0),
+                               train_shifted(twin, [1, 3], 10, 20, shift=0.0), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("call, error, message", [
+    (lambda: train_shifted(SeedMLP([0, 1], "none"), [0], 5, 5, 1.0), ValueError, "the 2 seeds the model was built"),
+    (lambda: train_shifted(SeedMLP([0], "none"), [0], 5, -1, 1.0), ValueError, "trained must be >= 0"),
     (lambda: train_seed_mlps([0], "group", 5), ValueError, "norm must be one of"),
     (lambda: train_seed_mlps([], "batch", 5), ValueError, "seeds"),
     (lambda: train_seed_mlps([0, -1], "batch", 5), ValueError, "seed must be >= 0"),
@@ -578,7 +603,7 @@ def test_shifted_accuracy_is_the_share_of_right_answers_on_the_test_draw():
     (lambda: SeedMLP([0, 1], "layer")(torch.randn(3, 4, 16)), ValueError, r"x must be \(S=2, N, d_in=16\)"),
     (lambda: SeedMLP([0], "batch")(torch.randn(1, 1, 16)), ValueError, "at least 2 inputs"),
     (lambda: steps_to_reach(torch.ones(2, 3), 0.5, window=4), ValueError, "at least window=4 steps"),
-    (lambda: shifted_accuracy(SeedMLP([0, 1], "none"), [0], 1.0), ValueError, "built for 2"),
+    (lambda: shifted_accuracy(SeedMLP([0, 1], "none"), [0], 1.0), ValueError, "the 2 seeds the model was built"),
 ])
 def test_bad_calls_to_the_convergence_helpers_say_what_is_wrong(call, error, message):
     with pytest.raises(error, match=message):

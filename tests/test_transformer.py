@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -10,7 +11,7 @@ from torch import nn
 
 from course_lib.masks import causal_mask, padding_mask
 from course_lib.measure import OperationCounter
-from course_lib.model import DecoderOnly, ModelConfig
+from course_lib.model import DecoderOnly, EncoderDecoder, ModelConfig, Positions
 from course_lib.torch_copy import from_torch
 from course_lib.positional_encoding import ALiBiPositions, RotaryPositions, SinusoidalPositionalEncoding
 from course_lib.transformer import (
@@ -28,6 +29,7 @@ from course_lib.transformer import (
     is_held_out,
     joined,
     parameter_counts,
+    position_probe,
     rank_one_residual,
     sequence_loss,
     task_answer,
@@ -316,6 +318,17 @@ def test_depth_probe_sees_the_collapse_only_without_residuals():
     assert kept.gradient > 0.1 and lost.gradient < 1e-4 < lost.gradient_varied_memory
     shallow = probe(1, False)  # one block: no collapse yet, and the gradient is there
     assert shallow.memory_residual > 1e-2 and shallow.gradient > 0.1
+
+
+def test_position_probe_reads_positions_only_where_they_are():
+    src = toy_batch("sort", 64, 8, 10, torch.Generator().manual_seed(5)).src
+    config = transformer_config(vocab_size=11, n_encoder_layers=2, seed=5)
+    kept = position_probe(transformer(config).double(), src)
+    assert len(kept) == 4 and kept[0] == 1.0 and min(kept) > 0.6  # the skips carry it
+    lost = position_probe(transformer(dataclasses.replace(config, residual=False)).double(), src)
+    assert lost[0] == 1.0 and lost[-1] < 0.25  # chance is 1/8: two blocks without skips lose it
+    blind = position_probe(EncoderDecoder(config, Positions()).double(), src)  # no position added
+    assert max(blind) < 0.25
 
 
 @pytest.mark.parametrize("length", [3, 8, 12])
