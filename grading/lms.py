@@ -236,8 +236,8 @@ class LmsCollector(FileNameCollectorPlugin):
     """nbgrader's FileNameCollectorPlugin with the LMS's named regex, and two steps it lacks:
 
     the LMS id becomes the course's student id (from the roster; `<lms>-<id>` when the student
-    is not in it), and the file becomes `exercise_notebook(<set>)` whatever name or copy suffix it carries, so that two
-    files of one student for one set meet in nbgrader, which keeps the newer. The timestamp is the
+    is not in it), and the file becomes `exercise_notebook(<set>)` whatever name or copy suffix it
+    carries, so that two files of one student for one set meet in nbgrader, which keeps the newer. The timestamp is the
     file's modification time, which `safe_extract` set from the zip.
     """
 
