@@ -37,3 +37,13 @@ A leading "..." in a shape is any number of batch dimensions (including none).
 Boolean masks mean True = "may attend" (or "real token"), as in
 torch.nn.functional.scaled_dot_product_attention.
 """
+
+
+def exercise_notebook(set_name: str) -> str:
+    """The file name of exercise set `set_name`'s notebook, e.g. "03_permutation_exercises.ipynb".
+
+    The one place that names it: solutions/<set>/ and exercises/<set>/ hold it, a learner hands it
+    in, and the grader, the LMS import, the hub and the tests look for it. It differs from the
+    lesson's notebooks/<set>.ipynb so that JupyterLab's tabs of the two have different names.
+    """
+    return f"{set_name}_exercises.ipynb"

@@ -1,7 +1,7 @@
 """The answer key, kept in the grader's process: what a graded kernel never sees.
 
 For each graded cell, `plan` draws the exercise's hidden cases from a fresh seed (its entry in
-EXERCISES) and runs the instructor's solution (solutions/<set>/<set>.ipynb, run here) through the
+EXERCISES) and runs the instructor's solution (solutions/<set>/<set>_exercises.ipynb, run here) through the
 exercise's visible check and on every case, recording:
 - each call the learner's function will get: the visible check's calls, then each case's;
 - what each function handed to it (a decoder, a sublayer, a norm) answers for the inputs a right
@@ -29,6 +29,7 @@ import nbformat
 import torch
 from torch import Tensor
 
+from course_lib import exercise_notebook
 from course_lib.checks import IN_PLACE, CheckFailed
 from course_lib.checks.hand_in import (Case, Exercise, Malformed, Raises, _judge_one, _kinds, _Other, compare_values,
                                        decode, decode_input, encode, encode_input, exercise,
@@ -41,7 +42,7 @@ VISIBLE = "visible check: "  # how a verdict starts when the visible check fails
 @functools.lru_cache(maxsize=None)
 def solution(solutions: Path, set_name: str) -> dict:
     """The namespace of the instructor's solution notebook: its setup cell and answer cells, run here."""
-    nb = nbformat.read(solutions / set_name / f"{set_name}.ipynb", as_version=4)
+    nb = nbformat.read(solutions / set_name / exercise_notebook(set_name), as_version=4)
     namespace: dict = {"__name__": "__answer_key__"}
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -32,6 +32,8 @@ from pathlib import Path
 from nbgrader.plugins import FileNameCollectorPlugin
 from traitlets import Unicode
 
+from course_lib import exercise_notebook
+
 # The names each LMS gives a downloaded file, looked up in their source code:
 # Canvas (lib/content_zipper.rb): <sortable name, lowercased, only word characters>[_LATE]_<user id>
 #   _<attachment id>_<file name>; an anonymous assignment puts anon_<id> in place of the name and id
@@ -171,16 +173,19 @@ def copy_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, target: P
 def set_of(file_name: str, sets: list[str], forced: str | None = None) -> str | None:
     """The exercise set a handed-in file is for, told by its original name (or `forced`, from --set).
 
-    The name may carry what a learner's or the LMS's copy adds: 01_attention_scores-Copy1.ipynb,
-    01_attention_scores-1.ipynb (Canvas renames a file uploaded again), 01_attention_scores (2).ipynb.
+    The name is the set's notebook (`exercise_notebook`), or the set's own name, which earlier
+    releases gave it; either may carry what a learner's or the LMS's copy adds:
+    01_attention_scores_exercises-Copy1.ipynb, 01_attention_scores_exercises-1.ipynb (Canvas renames
+    a file uploaded again), 01_attention_scores_exercises (2).ipynb.
     """
     if forced:
         return forced
     stem = file_name.removesuffix(".ipynb")
     for name in sets:
-        rest = stem[len(name):] if stem.startswith(name) else None
-        if rest is not None and re.fullmatch(r"([ _-]?copy)?[ _-]?\(?\d*\)?", rest, re.I):
-            return name
+        for form in (exercise_notebook(name).removesuffix(".ipynb"), name):
+            rest = stem[len(form):] if stem.startswith(form) else None
+            if rest is not None and re.fullmatch(r"([ _-]?copy)?[ _-]?\(?\d*\)?", rest, re.I):
+                return name
     return None
 
 
@@ -231,8 +236,8 @@ class LmsCollector(FileNameCollectorPlugin):
     """nbgrader's FileNameCollectorPlugin with the LMS's named regex, and two steps it lacks:
 
     the LMS id becomes the course's student id (from the roster; `<lms>-<id>` when the student
-    is not in it), and the file becomes `<set>.ipynb` whatever copy suffix it carries, so that two
-    files of one student for one set meet in nbgrader, which keeps the newer. The timestamp is the
+    is not in it), and the file becomes `exercise_notebook(<set>)` whatever name or copy suffix it
+    carries, so that two files of one student for one set meet in nbgrader, which keeps the newer. The timestamp is the
     file's modification time, which `safe_extract` set from the zip.
     """
 
@@ -251,7 +256,7 @@ class LmsCollector(FileNameCollectorPlugin):
         student = match_student(read_roster(Path(self.roster) if self.roster else None), self.lms,
                                 found["lms_id"], found["name"] or "")
         found["student_id"] = student.student_id if student else f"{self.lms}-{found['lms_id']}"
-        found["file_id"] = f"{set_name}.ipynb"
+        found["file_id"] = exercise_notebook(set_name)
         found["timestamp"] = datetime.datetime.fromtimestamp(os.path.getmtime(submitted_file),
                                                              datetime.timezone.utc).isoformat()
         return found
@@ -294,7 +299,7 @@ def collect(course: Path, archive: Path, staging: Path, sets: list[str], lms: st
         chosen = set_of(found["file_id"], sets, set_name)
         if chosen is None:
             result.problems.append(f"{entry}: no exercise set is named {found['file_id']} (the sets: "
-                                   f"{', '.join(sets)}); name it <set>.ipynb or pass --set; skipped")
+                                   f"{', '.join(sets)}); name it {exercise_notebook('<set>')} or pass --set; skipped")
             continue
         info = collector.collect(str(path))
         student = match_student(roster, lms, found["lms_id"], found["name"] or "")
@@ -336,7 +341,8 @@ def describe(result: Collected, with_roster: bool) -> None:
     """Notes for each student and set: the file graded, a second file left out, a name not in the roster."""
     for key in sorted({(h.student, h.set_name) for h in result.handed}):
         files = sorted((h for h in result.handed if (h.student, h.set_name) == key), key=lambda h: h.time)
-        kept = result.submitted / key[0] / key[1] / f"{key[1]}.ipynb"
+        expected = exercise_notebook(key[1])
+        kept = result.submitted / key[0] / key[1] / expected
         graded = next((h for h in reversed(files) if kept.exists() and h.path.read_bytes() == kept.read_bytes()),
                       files[-1])
         notes = result.notes.setdefault(key, [])
@@ -344,8 +350,11 @@ def describe(result: Collected, with_roster: bool) -> None:
             others = ", ".join(h.entry for h in files if h is not graded)
             notes.append(f"{len(files)} files for {key[1]} in the download: graded the latest, {graded.entry} "
                          f"({graded.time:%Y-%m-%d %H:%M}); left out {others}")
-        elif graded.file_name != f"{key[1]}.ipynb":
-            notes.append(f"graded {graded.file_name} (the file should be named {key[1]}.ipynb)")
+        elif graded.file_name != expected:
+            earlier = (set_of(graded.file_name, [key[1]]) == key[1]  # the set's name, not its notebook's
+                       and not graded.file_name.startswith(expected.removesuffix(".ipynb")))
+            notes.append(f"graded {graded.file_name}, the name earlier releases gave this notebook (now {expected})"
+                         if earlier else f"graded {graded.file_name} (the file should be named {expected})")
         if graded.late:
             notes.append("marked LATE by the LMS")
         if with_roster and not graded.known:

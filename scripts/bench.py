@@ -204,6 +204,7 @@ def grading_a_class(students: int = 40, set_name: str = "01_attention_scores") -
     import subprocess
 
     sys.path.insert(0, str(ROOT / "tests"))
+    from course_lib import exercise_notebook
     from test_grading import submission  # the reference answers in the student version
 
     with tempfile.TemporaryDirectory() as folder:
@@ -215,7 +216,7 @@ def grading_a_class(students: int = 40, set_name: str = "01_attention_scores") -
         for k in range(students):
             target = course / "submitted" / f"student{k:02d}" / set_name
             target.mkdir(parents=True)
-            nbformat.write(submission(course, set_name, {}), target / f"{set_name}.ipynb")
+            nbformat.write(submission(course, set_name, {}), target / exercise_notebook(set_name))
         start = time.perf_counter()
         subprocess.run(grade, check=True, capture_output=True)
         seconds = time.perf_counter() - start

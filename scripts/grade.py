@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING
 
 import nbformat
 
-from grading import cgroup, exercise_sets  # the course's one list of sets; limits on a group of processes
+from course_lib import exercise_notebook  # the one name of a set's notebook
+from grading import cgroup, exercise_sets, feedback_page  # the one list of sets; limits on processes
 from grading.sanitize import csp_meta  # every feedback page carries the same strict CSP
 
 if TYPE_CHECKING:  # grading/ is imported only for an LMS download
@@ -123,7 +124,7 @@ def generate_student_versions(course: Path, sets: list[str]) -> bool:
     stamp = course / STAGING / "solutions.sha256"
     digest = solutions_digest(course)
     if (course / "gradebook.db").exists() and stamp.exists() and stamp.read_text() == digest \
-            and all((course / "exercises" / s / f"{s}.ipynb").exists() for s in sets):
+            and all((course / "exercises" / s / exercise_notebook(s)).exists() for s in sets):
         return False
     for name in sets:
         nbgrader(course, "generate_assignment", name)
@@ -175,7 +176,7 @@ def demote_duplicate_cells(nb) -> list[str]:
 
 def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
     """Check one submission folder and write its normalized copy; None (and sub flagged) if unusable."""
-    expected = f"{sub.set_name}.ipynb"
+    expected = exercise_notebook(sub.set_name)
     notebooks = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
     if not notebooks:
         sub.status, sub.notes = "not submitted", ["no notebook in the folder"]
@@ -183,7 +184,6 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
     chosen = folder / expected if (folder / expected).exists() else None
     if chosen is None and len(notebooks) == 1:
         chosen = notebooks[0]
-        sub.notes.append(f"graded {chosen.name} (the file should be named {expected})")
     if chosen is None:
         sub.status = "flagged"
         sub.notes.append(f"several notebooks ({', '.join(p.name for p in notebooks)}) and none named {expected}: "
@@ -197,12 +197,22 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
         sub.notes.append(f"{chosen.name} is not a readable notebook ({type(error).__name__}: "
                          f"{str(error).splitlines()[0][:160]}); open it in JupyterLab, save it and submit again")
         return None
+    release = nbformat.read(course / "exercises" / sub.set_name / expected, as_version=4)
+    if not {_grade_id(c) for c in nb.cells} & {_grade_id(c) for c in release.cells} - {None}:
+        # Graded, it would be the whole exercise put back, unanswered: a 0 that hides the mix-up.
+        sub.status = "flagged"
+        sub.notes.append(f"{chosen.name} holds none of the exercise set's cells (the lesson's notebook, or "
+                         f"another set's?): hand in {expected}, from exercises/{sub.set_name}/")
+        return None
+    if chosen.name == f"{sub.set_name}.ipynb":  # what releases before the rename called it
+        sub.notes.append(f"graded {chosen.name}, the name earlier releases gave this notebook (now {expected})")
+    elif chosen.name != expected:
+        sub.notes.append(f"graded {chosen.name} (the file should be named {expected})")
     sub.notes += scan(nb) + answer_key_text(nb, answer_key_lines(course, sub.set_name))
     duplicated = demote_duplicate_cells(nb)
     if duplicated:
         sub.notes.append(f"cells copied with their grading id ({', '.join(duplicated)}): the last of each "
                          "is graded (as nbgrader does), the ones above it run as ordinary cells")
-    release = nbformat.read(course / "exercises" / sub.set_name / expected, as_version=4)
     restored = restore_deleted_cells(nb, release)
     if restored:
         sub.notes.append(f"deleted cells put back from the exercise: {', '.join(restored)}")
@@ -251,7 +261,7 @@ ANSWER_KEY = "review by hand: it holds text of the instructor's solution noteboo
 @functools.lru_cache(maxsize=None)
 def answer_key_lines(course: Path, set_name: str) -> frozenset[str]:
     """The lines of a set's hidden tests in the instructor's source (blank ones left out)."""
-    nb = nbformat.read(course / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+    nb = nbformat.read(course / "solutions" / set_name / exercise_notebook(set_name), as_version=4)
     return frozenset(line.strip() for cell in nb.cells if cell.cell_type == "code"
                      for block in HIDDEN_BLOCK.findall(cell.source) for line in block.splitlines() if line.strip())
 
@@ -298,7 +308,7 @@ def write_flag_feedback(course: Path, sub: Submission) -> None:
     folder = course / "feedback" / sub.student / sub.set_name
     folder.mkdir(parents=True, exist_ok=True)
     items = "".join(f"<li>{html.escape(note)}</li>" for note in sub.notes)
-    (folder / f"{sub.set_name}.html").write_text(
+    (folder / feedback_page(sub.set_name)).write_text(
         f"<!DOCTYPE html><html><head>{csp_meta()}<meta charset='utf-8'><title>{sub.set_name}</title></head><body>"
         f"<h1>{html.escape(sub.set_name)}: not graded</h1><p>Your submission could not be graded:</p>"
         f"<ul>{items}</ul><p>Fix it and hand it in again; nothing else is wrong with the other sets.</p>"
@@ -471,7 +481,7 @@ def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[st
 
 
 def autograded(batch: Batch, sub: Submission) -> Path:
-    return batch.folder / "autograded" / sub.student / batch.set_name / f"{batch.set_name}.ipynb"
+    return batch.folder / "autograded" / sub.student / batch.set_name / exercise_notebook(batch.set_name)
 
 
 def limits_hit(path: Path) -> list[str]:
@@ -658,7 +668,7 @@ def write_csv(path: Path, subs: list[Submission], max_scores: dict[str, float]) 
 def set_max_scores(course: Path, sets: list[str]) -> dict[str, float]:
     scores = {}
     for name in sets:
-        nb = nbformat.read(course / "solutions" / name / f"{name}.ipynb", as_version=4)
+        nb = nbformat.read(course / "solutions" / name / exercise_notebook(name), as_version=4)
         scores[name] = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells
                            if c.metadata.get("nbgrader", {}).get("grade"))
     return scores
@@ -735,7 +745,7 @@ def main() -> None:
     parser.add_argument("--lms", choices=["canvas", "moodle"], default=None,
                         help="the LMS the zip comes from (default: told by its file names)")
     parser.add_argument("--set", default=None, help="the set every notebook of the zip is for "
-                        "(default: told by each file's name, e.g. 01_attention_scores.ipynb)")
+                        "(default: told by each file's name, e.g. 01_attention_scores_exercises.ipynb)")
     parser.add_argument("--roster", type=Path, default=None,
                         help="CSV: student id, full name, LMS user id (Canvas); maps the zip's students to the course's")
     parser.add_argument("--canvas-column", action="append", default=[], metavar="SET=HEADER",

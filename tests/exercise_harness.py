@@ -19,6 +19,7 @@ from types import ModuleType
 
 import nbformat
 
+from course_lib import exercise_notebook
 from grading import exercise_sets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def mutants(set_name: str) -> dict[str, dict[str, str]]:
 
 
 def solution_notebook(set_name: str) -> Path:
-    return ROOT / "solutions" / set_name / f"{set_name}.ipynb"
+    return ROOT / "solutions" / set_name / exercise_notebook(set_name)
 
 
 def _grade_id(cell) -> str | None:

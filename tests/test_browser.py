@@ -23,13 +23,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from course_lib import exercise_notebook  # noqa: E402
 from lab_driver import jupyterlab, open_lesson, run_lesson  # noqa: E402
 
 ARTIFACTS = ROOT / "test-artifacts"
 LESSON = "notebooks/01_attention_scores.ipynb"
-EXERCISES = "exercises/01_attention_scores/01_attention_scores.ipynb"
+EXERCISES = f"exercises/01_attention_scores/{exercise_notebook('01_attention_scores')}"
 # The set the learner's-tools test validates: not set 01, whose kernel another test wants fresh.
-VALIDATED = "exercises/02_masks/02_masks.ipynb"
+VALIDATED = f"exercises/02_masks/{exercise_notebook('02_masks')}"
 RAW_REPR, WIDGET_ERROR = "VBox(children=", "Error displaying widget"
 NEWS = "Would you like to get notified about official Jupyter news?"
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"  # the plugin that asks it
@@ -249,6 +250,9 @@ def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(lear
     assert urllib.parse.urlsplit(link.get_attribute("href")).path.endswith("/" + EXERCISES)
     link.click()
     page.locator(".jp-NotebookPanel:visible").get_by_role("heading", name="Exercise set 01").wait_for()
+    # Two tabs, each with its own name: the lesson's and the exercises'.
+    labels = page.locator("#jp-main-dock-panel .lm-TabBar-tabLabel").all_inner_texts()
+    assert labels.count(Path(LESSON).name) == 1 and labels.count(Path(EXERCISES).name) == 1, labels
     wait_for_kernel(url, EXERCISES)
     answer, check = index["softmax_rows"], index["softmax_rows_check"]
     # (b) The check cell run first, in a fresh kernel: one line naming the cell to run.

@@ -13,6 +13,7 @@ import re
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
 from exercise_harness import ROOT, solution_sets
 
 # points -> (difficulty, minutes): the rule each set's introduction states.
@@ -23,7 +24,7 @@ RULE = ("That is the course's estimate, not a measurement of learners: 5 minutes
 
 
 def student_version(set_name: str) -> nbformat.NotebookNode:
-    return nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    return nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
 
 
 @pytest.mark.parametrize("set_name", solution_sets())

@@ -15,6 +15,7 @@ import re
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
 from exercise_harness import (ROOT, accepted, exercise_names, hints, in_place, mutants, outcome, ready_made,
                               solution_sets)
 
@@ -133,7 +134,7 @@ def test_check_and_graded_cells_say_which_one_to_run():
     cell binds the names by which a NameError handler tells whether it ran."""
     from course_lib.checks import SETUP_NAMES
     for set_name in SETS:
-        nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+        nb = nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
         setup: dict = {}
         exec(nb.cells[1].source, setup)  # the first code cell
         assert nb.cells[1].metadata["nbgrader"]["grade_id"] == "setup" and set(SETUP_NAMES) <= set(setup)
@@ -169,7 +170,7 @@ def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
     names, in one line, the cell to run first; other NameErrors keep Python's usual traceback."""
     from jupyter_client.manager import start_new_kernel
 
-    nb = nbformat.read(ROOT / "exercises" / "01_attention_scores" / "01_attention_scores.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / "01_attention_scores" / exercise_notebook("01_attention_scores"), as_version=4)
     cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
     answer = ("def softmax_rows(x: Tensor) -> Tensor:\n    e = torch.exp(x - x.amax(-1, keepdim=True))\n"
               "    return e / e.sum(-1, keepdim=True)")
@@ -201,7 +202,7 @@ def test_a_failed_check_in_a_notebook_shows_the_symptom_then_the_folded_hint():
     from course_lib.checks import HINT_BELOW, RED, PLAIN
 
     set_name = "03_permutation"
-    nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
     cell = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells}
     outputs: list[dict] = []
     manager, kernel = start_new_kernel(kernel_name="python3", cwd=str(ROOT / "exercises" / set_name))
@@ -238,17 +239,17 @@ def test_validate_prints_every_failure_whole(tmp_path):
     set_name = "01_attention_scores"
     solution = {c.metadata["nbgrader"]["grade_id"]: c.source
                 for c in nbformat.read(solution_notebook(set_name), as_version=4).cells}
-    nb = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
     wrong = {"softmax_rows": mutants(set_name)["softmax_rows"]["wrong axis"],
              "attend": mutants(set_name)["attend"]["mask applied after softmax"]}
     for cell in nb.cells:
         grade_id = cell.metadata["nbgrader"]["grade_id"]
         if cell.metadata["nbgrader"].get("solution") and grade_id != "row_entropy":  # row_entropy stays a stub
             cell.source = wrong.get(grade_id, re.sub(r" *### (BEGIN|END) SOLUTION\n", "", solution[grade_id]))
-    nbformat.write(nb, tmp_path / f"{set_name}.ipynb")
+    nbformat.write(nb, tmp_path / exercise_notebook(set_name))
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
                PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", f"{set_name}.ipynb"], cwd=tmp_path,
+    run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", exercise_notebook(set_name)], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=300)
     printed = run.stdout
     assert "VALIDATION FAILED ON 3 CELL(S)" in " ".join(printed.split()), printed

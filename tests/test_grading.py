@@ -25,6 +25,8 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
+from course_lib import exercise_notebook
+from grading import feedback_page, notebook_id
 from exercise_harness import HIDDEN, ROOT, exercise_names, mutants, solution_sets
 
 SETS = solution_sets()
@@ -43,8 +45,8 @@ def cells_by_id(nb) -> dict:
 
 def submission(course: Path, set_name: str, answers: dict[str, str]) -> nbformat.NotebookNode:
     """The student version with every answer filled in: the reference, or answers[grade_id]."""
-    student = nbformat.read(course / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
-    reference = cells_by_id(nbformat.read(course / "solutions" / set_name / f"{set_name}.ipynb", as_version=4))
+    student = nbformat.read(course / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
+    reference = cells_by_id(nbformat.read(course / "solutions" / set_name / exercise_notebook(set_name), as_version=4))
     for grade_id, cell in cells_by_id(student).items():
         if cell.metadata["nbgrader"].get("solution"):
             source = reference[grade_id].source
@@ -53,7 +55,7 @@ def submission(course: Path, set_name: str, answers: dict[str, str]) -> nbformat
 
 
 def points(course: Path, set_name: str) -> dict[str, float]:
-    nb = nbformat.read(course / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+    nb = nbformat.read(course / "solutions" / set_name / exercise_notebook(set_name), as_version=4)
     return {c.metadata["nbgrader"]["grade_id"].removesuffix("_tests"): c.metadata["nbgrader"]["points"]
             for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
 
@@ -71,44 +73,45 @@ def course(tmp_path_factory) -> Path:
         for student, answers in [("correct", {}), ("wrong", wrong)]:
             folder = course / "submitted" / student / set_name
             folder.mkdir(parents=True)
-            nbformat.write(submission(course, set_name, answers), folder / f"{set_name}.ipynb")
+            nbformat.write(submission(course, set_name, answers), folder / exercise_notebook(set_name))
     broken = {"softmax_rows": "def softmax_rows(x):\n    raise RuntimeError('not finished')",
               "attend": "while True:\n    pass"}
     folder = course / "submitted" / "broken" / "01_attention_scores"
     folder.mkdir(parents=True)
-    nbformat.write(submission(course, "01_attention_scores", broken), folder / "01_attention_scores.ipynb")
+    nbformat.write(submission(course, "01_attention_scores", broken), folder / exercise_notebook(SET01))
     mixed = {  # student: (answers, grade ids of deleted cells, file name or None for a truncated file)
-        "copy1": ({}, (), f"{SET01}-Copy1.ipynb"),
+        "copy1": ({}, (), exercise_notebook(SET01).replace(".ipynb", "-Copy1.ipynb")),
+        "oldname": ({}, (), f"{SET01}.ipynb"),  # the name releases before gave the set's notebook
         "exits": ({"score_matrix": "import os\nos._exit(1)  # ipykernel 7 may outlive exit(): this stops it for sure"}, (),
-                  SET01 + ".ipynb"),
-        "warns": ({"softmax_rows": WARNS}, (), SET01 + ".ipynb"),
-        "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), SET01 + ".ipynb"),
-        "leaker": ({"softmax_rows": LEAKER}, (), SET01 + ".ipynb"),
+                  exercise_notebook(SET01)),
+        "warns": ({"softmax_rows": WARNS}, (), exercise_notebook(SET01)),
+        "deleted": ({}, ("score_matrix_tests", "row_entropy_check"), exercise_notebook(SET01)),
+        "leaker": ({"softmax_rows": LEAKER}, (), exercise_notebook(SET01)),
         "truncated": ({}, (), None),
         # attend is right but calls the student's own wrong score_matrix: that costs once.
-        "copier": ({}, (), SET01 + ".ipynb"),
+        "copier": ({}, (), exercise_notebook(SET01)),
         "chained": ({"score_matrix": "def score_matrix(q, k):\n    return q @ k.transpose(-2, -1)"}, (),
-                    SET01 + ".ipynb"),
+                    exercise_notebook(SET01)),
         # Cheats: each would get full marks without the sandbox, or with tests judged in the kernel.
         "reader": ({"softmax_rows": READER.format(places=[str(course), str(ROOT), str(Path.home())])}, (),
-                   SET01 + ".ipynb"),
+                   exercise_notebook(SET01)),
         "writer": ({"softmax_rows": WRITER.format(places=[str(course / "course_lib_extra.py"),
                                                           str(course / "gradebook.db"),
                                                           str(course / "autograded" / "correct" / "x.py"),
                                                           str(ROOT / "course_lib" / "extra.py")])}, (),
-                   SET01 + ".ipynb"),
-        "escaper": ({"softmax_rows": ESCAPER.format(course=course, root=ROOT)}, (), SET01 + ".ipynb"),
-        "patcher": ({"softmax_rows": PATCHER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
+                   exercise_notebook(SET01)),
+        "escaper": ({"softmax_rows": ESCAPER.format(course=course, root=ROOT)}, (), exercise_notebook(SET01)),
+        "patcher": ({"softmax_rows": PATCHER, "row_entropy": WRONG_ENTROPY}, (), exercise_notebook(SET01)),
         # Reaching out of the sandbox, and running into each of its limits.
-        "searcher": ({"softmax_rows": SEARCHER}, (), SET01 + ".ipynb"),
-        "caller": ({"softmax_rows": CALLER.format(port=listener.getsockname()[1])}, (), SET01 + ".ipynb"),
-        "hog": ({"softmax_rows": HOG}, (), SET01 + ".ipynb"),
-        "forker": ({"softmax_rows": FORKER}, (), SET01 + ".ipynb"),
-        "filler": ({"softmax_rows": FILLER}, (), SET01 + ".ipynb"),
-        "shouter": ({"softmax_rows": SHOUTER}, (), SET01 + ".ipynb"),
-        "sleeper": ({name: SLEEPER for name in exercise_names(SET01)}, (), SET01 + ".ipynb"),
-        "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), SET01 + ".ipynb"),
-        **{student: (answers, (), SET01 + ".ipynb") for student, (answers, _) in CHEATS.items()},
+        "searcher": ({"softmax_rows": SEARCHER}, (), exercise_notebook(SET01)),
+        "caller": ({"softmax_rows": CALLER.format(port=listener.getsockname()[1])}, (), exercise_notebook(SET01)),
+        "hog": ({"softmax_rows": HOG}, (), exercise_notebook(SET01)),
+        "forker": ({"softmax_rows": FORKER}, (), exercise_notebook(SET01)),
+        "filler": ({"softmax_rows": FILLER}, (), exercise_notebook(SET01)),
+        "shouter": ({"softmax_rows": SHOUTER}, (), exercise_notebook(SET01)),
+        "sleeper": ({name: SLEEPER for name in exercise_names(SET01)}, (), exercise_notebook(SET01)),
+        "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), exercise_notebook(SET01)),
+        **{student: (answers, (), exercise_notebook(SET01)) for student, (answers, _) in CHEATS.items()},
     }
     for student, (answers, deleted, name) in mixed.items():
         folder = course / "submitted" / student / SET01
@@ -118,9 +121,16 @@ def course(tmp_path_factory) -> Path:
         if student == "copier":  # a cell pasted twice, grading id and all
             nb.cells.append(nbformat.from_dict(dict(cells_by_id(nb)["score_matrix"])))
         if name is None:
-            (folder / f"{SET01}.ipynb").write_text(nbformat.writes(nb)[:700])
+            (folder / exercise_notebook(SET01)).write_text(nbformat.writes(nb)[:700])
         else:
             nbformat.write(nb, folder / name)
+    # The lesson's notebook handed in (its name is the one earlier releases gave the exercises), and
+    # beside a right answer not named as it should be: neither may be graded as the set.
+    for student in ("lesson", "twofiles"):
+        (course / "submitted" / student / SET01).mkdir(parents=True)
+        shutil.copy(ROOT / "notebooks" / f"{SET01}.ipynb", course / "submitted" / student / SET01)
+    nbformat.write(submission(course, SET01, {}),
+                   course / "submitted" / "twofiles" / SET01 / exercise_notebook(SET01).replace(".ipynb", "-Copy1.ipynb"))
     for student, (set_name, answers) in {**{k: v[:2] for k, v in HONEST.items()}, **COURSE_CODE}.items():
         folder = course / "submitted" / student / set_name
         folder.mkdir(parents=True)
@@ -129,14 +139,14 @@ def course(tmp_path_factory) -> Path:
             cell = cells_by_id(nb)["multi_head_attend"]
             cell.source = cell.source.replace("split_into_heads(t, n_heads)", "heads_of(t, n_heads)")
             assert "heads_of(t, n_heads)" in cell.source
-        nbformat.write(nb, folder / f"{set_name}.ipynb")
+        nbformat.write(nb, folder / exercise_notebook(set_name))
     # The instructor's own notebook, handed in as it is: markers and hidden tests included.
     (course / "submitted" / "answerkey" / SET09).mkdir(parents=True)
-    shutil.copy(course / "solutions" / SET09 / f"{SET09}.ipynb", course / "submitted" / "answerkey" / SET09)
+    shutil.copy(course / "solutions" / SET09 / exercise_notebook(SET09), course / "submitted" / "answerkey" / SET09)
     # An earlier run's results must not survive: a stale grades.csv and a ghost's feedback.
     (course / "grades.csv").write_text("assignment,student_id,score\n01_attention_scores,ghost,7\n")
     (course / "feedback" / "ghost" / SET01).mkdir(parents=True)
-    (course / "feedback" / "ghost" / SET01 / f"{SET01}.html").write_text("stale")
+    (course / "feedback" / "ghost" / SET01 / feedback_page(SET01)).write_text("stale")
     # The whole-notebook time limit is lowered so that the sleeper reaches it in a minute.
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course),
                           "--seconds", str(SECONDS)], check=True, capture_output=True, text=True)
@@ -473,28 +483,28 @@ def csv_rows(course: Path) -> dict[tuple[str, str], dict[str, str]]:
 
 
 def hidden_lines(course: Path, set_name: str) -> list[str]:
-    source = (course / "solutions" / set_name / f"{set_name}.ipynb").read_text()
+    source = (course / "solutions" / set_name / exercise_notebook(set_name)).read_text()
     return [line.strip() for block in HIDDEN.findall("\n".join(c.source for c in nbformat.reads(source, as_version=4).cells))
             for line in block.splitlines() if len(line.strip()) > 12]
 
 
 def scores(course: Path, set_name: str, student: str) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        notebook = gradebook.find_submission_notebook(set_name, set_name, student)
+        notebook = gradebook.find_submission_notebook(notebook_id(set_name), set_name, student)
         return {grade.name.removesuffix("_tests"): grade.score for grade in notebook.grades}
 
 
 def test_committed_student_versions_are_what_nbgrader_generates_today(course):
     for set_name in SETS:
-        generated = json.loads((course / "exercises" / set_name / f"{set_name}.ipynb").read_text())
-        committed = json.loads((ROOT / "exercises" / set_name / f"{set_name}.ipynb").read_text())
+        generated = json.loads((course / "exercises" / set_name / exercise_notebook(set_name)).read_text())
+        committed = json.loads((ROOT / "exercises" / set_name / exercise_notebook(set_name)).read_text())
         assert generated == committed, f"exercises/{set_name} is stale: run `make exercises`"
 
 
 def test_student_versions_hold_no_solution_or_hidden_test_text(course):
     for set_name in SETS:
-        solution = (course / "solutions" / set_name / f"{set_name}.ipynb").read_text()
-        student = (course / "exercises" / set_name / f"{set_name}.ipynb").read_text()
+        solution = (course / "solutions" / set_name / exercise_notebook(set_name)).read_text()
+        student = (course / "exercises" / set_name / exercise_notebook(set_name)).read_text()
         source = "\n".join(c.source for c in nbformat.reads(solution, as_version=4).cells)
         secret = [line.strip() for block in SOLUTION.findall(source) + HIDDEN.findall(source)
                   for line in block.splitlines() if len(line.strip()) > 12]
@@ -534,18 +544,41 @@ def test_grades_csv_and_feedback_are_written(course):
 
 
 def test_feedback_names_failed_tests_without_showing_hidden_tests(course):
-    html = (course / "feedback" / "wrong" / "01_attention_scores" / "01_attention_scores.html").read_text()
-    source = (course / "solutions" / "01_attention_scores" / "01_attention_scores.ipynb").read_text()
+    html = (course / "feedback" / "wrong" / SET01 / feedback_page(SET01)).read_text()
+    source = (course / "solutions" / SET01 / exercise_notebook(SET01)).read_text()
     hidden_lines = [line.strip() for block in HIDDEN.findall("\n".join(
         c.source for c in nbformat.reads(source, as_version=4).cells)) for line in block.splitlines() if len(line.strip()) > 12]
     assert "written_by_hand" not in html and not any(line in html for line in hidden_lines if "check_" not in line)
     assert "CheckFailed" in html and "hidden tests ran here" in html
 
 
-@pytest.mark.parametrize("student", ["copy1", "warns", "deleted", "leaker"])
+@pytest.mark.parametrize("student", ["copy1", "oldname", "warns", "deleted", "leaker"])
 def test_correct_work_gets_full_marks_despite_name_warnings_deleted_cells_or_prints(course, student):
     assert scores(course, SET01, student) == points(course, SET01)
     assert csv_rows(course)[(student, SET01)]["status"] == "graded"
+
+
+def test_a_notebook_under_another_name_is_graded_with_a_note_naming_the_file_it_should_be(course):
+    rows, expected = csv_rows(course), exercise_notebook(SET01)
+    assert f"graded {SET01}.ipynb, the name earlier releases gave this notebook (now {expected})" \
+        in rows[("oldname", SET01)]["notes"]
+    assert f"graded {SET01}_exercises-Copy1.ipynb (the file should be named {expected})" in rows[("copy1", SET01)]["notes"]
+    assert "should be named" not in rows[("correct", SET01)]["notes"]
+
+
+def test_the_lesson_handed_in_or_two_notebooks_are_flagged_and_told_what_to_hand_in(course):
+    rows, expected = csv_rows(course), exercise_notebook(SET01)
+    lesson, two = rows[("lesson", SET01)], rows[("twofiles", SET01)]
+    assert lesson["status"] == "flagged" and lesson["score"] == "", lesson
+    assert (f"{SET01}.ipynb holds none of the exercise set's cells (the lesson's notebook, or another set's?): "
+            f"hand in {expected}") in lesson["notes"] and "earlier releases" not in lesson["notes"]
+    assert two["status"] == "flagged" and two["score"] == "", two
+    assert f"several notebooks ({SET01}.ipynb, {SET01}_exercises-Copy1.ipynb) and none named {expected}" in two["notes"]
+    for student in ("lesson", "twofiles"):  # no grade at all, neither a 0 nor the answer beside the lesson
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+            assert student not in {s.student_id for s in gradebook.assignment_submissions(SET01)}
+        html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
+        assert "not graded" in html and expected in html
 
 
 def test_the_run_finishes_and_broken_submissions_are_flagged_with_a_reason(course):
@@ -554,7 +587,7 @@ def test_the_run_finishes_and_broken_submissions_are_flagged_with_a_reason(cours
     assert rows[("exits", SET01)]["status"] == "flagged" and "kernel stopped" in rows[("exits", SET01)]["notes"]
     assert rows[("truncated", SET01)]["score"] == "" and rows[("exits", SET01)]["score"] == ""
     for student, fix in [("truncated", "open it in JupyterLab, save it"), ("exits", "remove that call")]:
-        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
         assert "not graded" in html and fix in html
     # Sets graded after set 01 were still graded for everybody.
     assert all(rows[("correct", s)]["status"] == "graded" for s in SETS)
@@ -575,7 +608,7 @@ def test_printed_table_counts_graded_flagged_and_missing(course):
     graded = sum(r["status"] == "graded" for r in csv_rows(course).values())
     missing = sum(r["status"] == "not submitted" for r in csv_rows(course).values())
     flagged = sum(r["status"] == "flagged" for r in csv_rows(course).values())
-    assert flagged == 8  # truncated, exits, the five that hit a limit, and set 09's solution notebook
+    assert flagged == 10  # truncated, exits, the five that hit a limit, set 09's solution notebook, lesson, twofiles
     assert f"{graded} graded" in out and f"{flagged} flagged" in out and f"{missing} not submitted" in out
     assert "s per submission" in out
 
@@ -586,12 +619,12 @@ def test_deleted_cells_are_put_back_and_reported(course):
 
 
 def test_warnings_and_stderr_prints_stay_visible_in_feedback(course):
-    html = (course / "feedback" / "warns" / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / "warns" / SET01 / feedback_page(SET01)).read_text()
     assert "is this stable?" in html and "debug: shape" in html
 
 
 def test_a_timeout_message_names_the_limit_and_the_cell(course):
-    html = (course / "feedback" / "broken" / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / "broken" / SET01 / feedback_page(SET01)).read_text()
     assert "`attend` was stopped at the limit on time: a cell may run 20 s" in html
     assert "CellTimeoutError" not in html
 
@@ -611,10 +644,10 @@ def test_the_sandbox_has_no_network_and_no_host_sockets(course):
 def test_a_submission_that_hits_a_limit_is_flagged_with_that_limit(course, student, limit):
     row = csv_rows(course)[(student, SET01)]
     assert row["status"] == "flagged" and "limit hit" in row["notes"] and limit in row["notes"], row
-    html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
     assert limit in html
     assert len(html) < 10_000_000
-    graded = course / "autograded" / student / SET01 / f"{SET01}.ipynb"  # none when the kernel died
+    graded = course / "autograded" / student / SET01 / exercise_notebook(SET01)  # none when the kernel died
     assert not graded.exists() or graded.stat().st_size < 6_000_000
 
 
@@ -626,12 +659,12 @@ def test_a_cell_pasted_twice_is_graded_once_and_spoils_no_one_else(course):
 
 
 def test_feedback_never_shows_hidden_test_source_even_when_the_submission_prints_it(course):
-    autograded = nbformat.read(course / "autograded" / "leaker" / SET01 / f"{SET01}.ipynb", as_version=4)
+    autograded = nbformat.read(course / "autograded" / "leaker" / SET01 / exercise_notebook(SET01), as_version=4)
     printed = "".join(o.get("text", "") for c in autograded.cells if c.cell_type == "code" for o in c.outputs)
     lines = hidden_lines(course, SET01)
     assert any(line in printed for line in lines)  # the submission really printed them
     for student in ("leaker", "wrong", "broken", "warns"):
-        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
         assert not [line for line in lines if line in html and "check_" not in line], student
 
 
@@ -643,7 +676,7 @@ def test_code_that_reads_frames_or_stops_the_kernel_is_listed_for_review(course)
 
 
 def printed(course: Path, student: str, grade_id: str) -> str:
-    nb = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(course / "autograded" / student / SET01 / exercise_notebook(SET01), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
     return "".join(o.get("text", "") for o in cell.outputs)
 
@@ -676,13 +709,13 @@ def test_a_submission_cannot_write_outside_its_own_folder(course):
 def test_patching_torch_earns_nothing_for_the_wrong_answer(course):
     """patcher makes torch.allclose say yes: its right answers count, its wrong one does not."""
     assert scores(course, SET01, "patcher") == points(course, SET01) | {"row_entropy": 0.0}
-    html = (course / "feedback" / "patcher" / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / "patcher" / SET01 / feedback_page(SET01)).read_text()
     assert "row_entropy(WEIGHTS): wrong values" in html  # the visible check, run by the grader on its results
 
 
 def test_emptying_the_test_cells_earns_nothing_and_is_listed_for_review(course):
     assert scores(course, SET01, "emptier") == {name: 0.0 for name in points(course, SET01)}
-    html = (course / "feedback" / "emptier" / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / "emptier" / SET01 / feedback_page(SET01)).read_text()
     assert "handed in 0 results instead of 1" in html
     assert "handed in nothing" in csv_rows(course)[("emptier", SET01)]["notes"]
 
@@ -699,18 +732,18 @@ def test_each_cheat_is_scored_as_it_deserves_and_listed_for_review(course, stude
 
 @pytest.mark.parametrize("student", ["threaded", "sdpa", "codeswap"])
 def test_ready_made_kernels_are_refused_by_what_the_dispatcher_ran(course, student):
-    html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
     assert "ready-made" in html and "earns no credit" in html
 
 
 def test_the_hidden_inputs_and_the_handed_in_results_never_reach_feedback(course):
     inputs = re.compile(r'hand_in\("\w+", \w+, "([A-Za-z0-9+/=]{100,})"\)')
     for student in ("correct", "leaker", "hooker"):
-        autograded = nbformat.read(course / "autograded" / student / SET01 / f"{SET01}.ipynb", as_version=4)
+        autograded = nbformat.read(course / "autograded" / student / SET01 / exercise_notebook(SET01), as_version=4)
         lines = [m.group(1) for c in autograded.cells for m in inputs.finditer(c.source)]
         assert len(lines) == len(points(course, SET01))  # each graded cell got its inputs
         assert any("hand-in+json" in json.dumps(c.get("outputs", [])) for c in autograded.cells)  # kept for review
-        html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+        html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
         assert not [line for line in lines if line[:40] in html] and "hand-in" not in html
 
 
@@ -719,7 +752,7 @@ def test_release_is_the_course_without_answers(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "release.py"), str(dest)], check=True, capture_output=True)
     files = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     lessons = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert {f"exercises/{s}/{s}.ipynb" for s in SETS} | lessons | {"course_lib/checks/__init__.py"} <= files
+    assert {f"exercises/{s}/{exercise_notebook(s)}" for s in SETS} | lessons | {"course_lib/checks/__init__.py"} <= files
     assert not any(f.startswith(("solutions/", ".ci/", "grading/")) or f in ("nbgrader_config.py", "scripts/grade.py")
                    for f in files)
     assert {f for f in files if f.startswith("tests/")} == {"tests/sanitize.cfg"}
@@ -761,7 +794,7 @@ def test_a_python_environment_outside_the_course_grades_correctly(tmp_path):
     subprocess.run([*python, "--exercises-only"], check=True, capture_output=True)
     folder = course / "submitted" / "conda" / SET01
     folder.mkdir(parents=True)
-    nbformat.write(submission(course, SET01, {}), folder / f"{SET01}.ipynb")
+    nbformat.write(submission(course, SET01, {}), folder / exercise_notebook(SET01))
     subprocess.run(python, check=True, capture_output=True)
     row = csv_rows(course)[("conda", SET01)]
     assert row["status"] == "graded" and float(row["score"]) == sum(points(course, SET01).values()), row
@@ -798,9 +831,9 @@ def test_the_answer_key_scan_finds_the_instructors_text_in_any_cell_and_nothing_
     for set_name in SETS:
         lines = answer_key_lines(ROOT, set_name)
         assert any(line.startswith("hand_in(") for line in lines), set_name
-        source = nbformat.read(ROOT / "solutions" / set_name / f"{set_name}.ipynb", as_version=4)
+        source = nbformat.read(ROOT / "solutions" / set_name / exercise_notebook(set_name), as_version=4)
         assert answer_key_text(source, lines) and "### BEGIN SOLUTION" in answer_key_text(source, lines)[0]
-        student = nbformat.read(ROOT / "exercises" / set_name / f"{set_name}.ipynb", as_version=4)
+        student = nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
         assert answer_key_text(student, lines) == [], set_name
         copied = sorted(line for line in lines if line.startswith("hand_in("))[0]
         student.cells[-1].source += "\n    " + copied  # indented, in the learner's own last cell

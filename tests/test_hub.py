@@ -36,6 +36,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
+from grading import feedback_page, notebook_id
 from exercise_harness import exercise_names, mutants
 from test_grading import CHEATS, SOLUTION
 
@@ -196,16 +198,16 @@ def fetch_answer_submit(page, user: str, own: dict[str, str]) -> None:
     downloaded.get_by_text(SET01).first.wait_for(timeout=60_000)
     if user == "trhub-right":
         page.screenshot(path=str(ARTIFACTS / "student-assignments-fetched.png"), clip=TOP)
-    exercise = nbformat.read(ROOT / "exercises" / SET01 / f"{SET01}.ipynb", as_version=4)
-    reference = nbformat.read(ROOT / "solutions" / SET01 / f"{SET01}.ipynb", as_version=4)
-    page.goto(page.url.split("/lab")[0] + f"/lab/tree/{SET01}/{SET01}.ipynb")
+    exercise = nbformat.read(ROOT / "exercises" / SET01 / exercise_notebook(SET01), as_version=4)
+    reference = nbformat.read(ROOT / "solutions" / SET01 / exercise_notebook(SET01), as_version=4)
+    page.goto(page.url.split("/lab")[0] + f"/lab/tree/{SET01}/{exercise_notebook(SET01)}")
     page.get_by_role("heading", name="Exercise set 01").first.wait_for(timeout=90_000)
     for index, source in answer(exercise, reference, own).items():
         type_cell(page, index, source)
     page.keyboard.press("Control+s")
     # Saved when the tab no longer shows the unsaved-changes dot; the server's copy holds each answer.
     page.locator(".jp-mod-current.jp-mod-dirty").wait_for(state="detached", timeout=30_000)
-    saved = page.request.get(page.url.split("/lab")[0] + f"/api/contents/{SET01}/{SET01}.ipynb").json()
+    saved = page.request.get(page.url.split("/lab")[0] + f"/api/contents/{SET01}/{exercise_notebook(SET01)}").json()
     for index, source in answer(exercise, reference, own).items():
         assert saved["content"]["cells"][index]["source"].rstrip() == source.rstrip(), (user, index)
     panel = open_assignments(page)
@@ -311,7 +313,7 @@ def cycle(hub_class, browser) -> Cycle:
         # The feedback lands in ~/<set>/feedback/<time handed in>/<set>.html: "(view feedback)"
         # opens it in a JupyterLab tab (hub/jupyter's addition; nbgrader alone shows the folder).
         submitted.get_by_text("(view feedback)").first.click()
-        page.locator(".lm-TabBar-tab", has_text=f"{SET01}.html").wait_for(timeout=30_000)
+        page.locator(".lm-TabBar-tab", has_text=feedback_page(SET01)).wait_for(timeout=30_000)
         body = page.frame_locator(".jp-MainAreaWidget:visible iframe").locator("body")
         body.get_by_text("Score:").first.wait_for(timeout=30_000)
         header = body.inner_text()
@@ -330,12 +332,12 @@ def gradebook_scores(gradebook: Path, student: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{gradebook}") as book:
-        notebook = book.find_submission_notebook(SET01, SET01, student)
+        notebook = book.find_submission_notebook(notebook_id(SET01), SET01, student)
         return {grade.name.removesuffix("_tests"): grade.score for grade in notebook.grades}
 
 
 def full_marks() -> dict[str, float]:
-    nb = nbformat.read(ROOT / "solutions" / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "solutions" / SET01 / exercise_notebook(SET01), as_version=4)
     return {c.metadata["nbgrader"]["grade_id"].removesuffix("_tests"): c.metadata["nbgrader"]["points"]
             for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
 
@@ -373,18 +375,18 @@ def test_a_student_cannot_read_another_submission_the_course_the_gradebook_or_so
     """As each student's unix user, in their own server's terminal."""
     course = hub_class.data["course"]
     inbound = Path(hub_class.data["exchange"]) / hub.COURSE_ID / "inbound"
-    checkout_solution = ROOT / "solutions" / SET01 / f"{SET01}.ipynb"
+    checkout_solution = ROOT / "solutions" / SET01 / exercise_notebook(SET01)
     for student in STUDENTS:
         other = next(s for s in STUDENTS if s != student)
         page = cycle.pages[student]
         checks = {
             "list the submissions in inbound": f"ls {inbound}",
-            "read another's submission": f"cat {inbound}/{other}+{SET01}+*/{SET01}.ipynb",
+            "read another's submission": f"cat {inbound}/{other}+{SET01}+*/{exercise_notebook(SET01)}",
             "list the released feedback": f"ls {inbound.parent / 'feedback'}",
-            "change the released set": f"touch {inbound.parent / 'outbound' / SET01 / SET01}.ipynb",
+            "change the released set": f"touch {inbound.parent / 'outbound' / SET01 / exercise_notebook(SET01)}",
             "enter the instructor's course": f"ls {course}",
             "read the gradebook": f"cat {course}/gradebook.db",
-            "read the instructor's source": f"cat {course}/solutions/{SET01}/{SET01}.ipynb",
+            "read the instructor's source": f"cat {course}/solutions/{SET01}/{exercise_notebook(SET01)}",
             "read the checkout's solutions": f"cat {checkout_solution}",
             "enter another student's home": f"ls {Path(hub_class.data['homes']) / other}",
             **{f"read the checkout's {name}": f"cat {ROOT / name}" for name in LMS_FILES},
@@ -393,7 +395,7 @@ def test_a_student_cannot_read_another_submission_the_course_the_gradebook_or_so
             code, out = in_terminal(page, command)
             assert code != 0 and "BEGIN SOLUTION" not in out and "SQLite" not in out, (student, what, out)
         code, out = in_terminal(page, f"id -un; ls ~/{SET01}")
-        assert code == 0 and student in out and f"{SET01}.ipynb" in out, out  # the terminal works at all
+        assert code == 0 and student in out and exercise_notebook(SET01) in out, out  # the terminal works at all
 
 
 def test_a_forged_or_malformed_hand_in_is_refused_listed_and_changes_no_grade(hub_class, cycle):
@@ -440,7 +442,7 @@ def test_collect_takes_each_hand_in_from_its_author_only(tmp_path):
         folder = inbound / name
         folder.mkdir()
         if notebook:
-            (folder / f"{SET01}.ipynb").write_text("{}")
+            (folder / exercise_notebook(SET01)).write_text("{}")
             (folder / "timestamp.txt").write_text(name.split("+")[2] if name.count("+") == 3 else "")
         for path in [folder, *folder.iterdir()]:
             os.chown(path, owner.pw_uid, owner.pw_gid)
@@ -488,11 +490,11 @@ def test_collect_takes_each_hand_in_from_its_author_only(tmp_path):
     }, reasons
     assert stat.S_IMODE((course / REFUSED_FILE).stat().st_mode) == 0o600
     # A file of a checked hand-in swapped for a link before the copy: copied as a link, refused.
-    (inbound / f"nobody+{SET01}+{now}+a" / f"{SET01}.ipynb").unlink()
-    os.symlink(course / "gradebook.db", inbound / f"nobody+{SET01}+{now}+a" / f"{SET01}.ipynb")
+    (inbound / f"nobody+{SET01}+{now}+a" / exercise_notebook(SET01)).unlink()
+    os.symlink(course / "gradebook.db", inbound / f"nobody+{SET01}+{now}+a" / exercise_notebook(SET01))
     collect.do_copy(str(inbound / f"nobody+{SET01}+{now}+a"), str(tmp_path / "copy" / "nobody"))
     assert not (tmp_path / "copy").exists()
-    assert collect.refused[-1]["reason"] == (f"copying it failed: {SET01}.ipynb became a link or a special file "
+    assert collect.refused[-1]["reason"] == (f"copying it failed: {exercise_notebook(SET01)} became a link or a special file "
                                              "while it was collected"), collect.refused[-1]
 
 
@@ -782,7 +784,7 @@ def test_the_instructors_formgrader_shows_a_submission_under_the_strict_csp(hub_
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{Path(hub_class.data['course']) / 'gradebook.db'}") as gradebook:
-        submission = gradebook.find_submission_notebook(SET01, SET01, "trhub-right").id
+        submission = gradebook.find_submission_notebook(notebook_id(SET01), SET01, "trhub-right").id
     reply = cycle.pages["prof"].request.get(f"{hub_class.url}/user/{INSTRUCTOR}/formgrader/submissions/{submission}/")
     policy = reply.headers.get("content-security-policy", "")
     assert reply.status == 200 and "script-src 'nonce-" in policy and "default-src 'none'" in policy, (reply.status, policy)

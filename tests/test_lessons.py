@@ -11,6 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
@@ -37,7 +39,8 @@ def test_a_lesson_ends_with_links_to_its_exercises_and_the_next_lesson(index):
         assert (lesson.parent / target).is_file(), f"{lesson.name} links to {target}, which is no file"
     # Its exercise set first: the same notebook the lesson's opening cell names.
     exercises = [t for t in targets if t.startswith(f"../exercises/{lesson.stem}/")]
-    assert len(exercises) == 1 and exercises[0].endswith(".ipynb"), targets
+    # The set's own notebook, whose name differs from the lesson's: two tabs, two names.
+    assert exercises == [f"../exercises/{lesson.stem}/{exercise_notebook(lesson.stem)}"], targets
     assert exercises[0] in links(cells[0].source), "the closing and opening cells name different exercise sets"
     assert targets.index(exercises[0]) == 0, "the exercise set should come before the next lesson"
     if index + 1 < len(LESSONS):

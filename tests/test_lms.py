@@ -23,6 +23,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
+from course_lib import exercise_notebook
 from exercise_harness import ROOT, mutants
 from test_grading import last_two, points, submission
 
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from grading.lms import PATTERNS, Student, ZipLimits, match_student, safe_extract, set_of  # noqa: E402
 
 SET01 = "01_attention_scores"
+STEM = exercise_notebook(SET01).removesuffix(".ipynb")  # what a learner's copy suffixes
 ROSTER = "student_id,name,lms_id\nalice,Alice Doe,1001\nbob,Bob Smith,1002\ncarol,Carol King,1004\n"
 ABSOLUTE = Path(f"/tmp/lms-test-{uuid.uuid4().hex}.ipynb")  # where an absolute entry would land
 
@@ -74,19 +76,19 @@ def runs(tmp_path_factory) -> dict:
     folder = tmp / "folder"
     for student, text in [("alice", right), ("bob", wrong)]:
         (folder / student / SET01).mkdir(parents=True)
-        (folder / student / SET01 / f"{SET01}.ipynb").write_text(text)
+        (folder / student / SET01 / exercise_notebook(SET01)).write_text(text)
     assert grade(course, "--submissions", str(folder)).returncode == 0
     results["folder"] = scores(course)
 
     canvas = tmp / "canvas.zip"
     with zipfile.ZipFile(canvas, "w") as z:
-        entry(z, f"doealice_1001_5001_{SET01}.ipynb", right)
-        entry(z, f"smithbob_1002_4000_{SET01}.ipynb", right, day=19)  # bob's first try: replaced
-        entry(z, f"smithbob_LATE_1002_5002_{SET01}-1.ipynb", wrong, day=21)  # uploaded again, late
-        entry(z, f"zedzoe_1003_5003_{SET01}-Copy1.ipynb", right)  # not in the roster
-        entry(z, f"../../doealice_1001_5004_{SET01}.ipynb", wrong)
+        entry(z, f"doealice_1001_5001_{STEM}.ipynb", right)
+        entry(z, f"smithbob_1002_4000_{STEM}.ipynb", right, day=19)  # bob's first try: replaced
+        entry(z, f"smithbob_LATE_1002_5002_{STEM}-1.ipynb", wrong, day=21)  # uploaded again, late
+        entry(z, f"zedzoe_1003_5003_{STEM}-Copy1.ipynb", right)  # not in the roster
+        entry(z, f"../../doealice_1001_5004_{STEM}.ipynb", wrong)
         entry(z, str(ABSOLUTE), wrong)
-        link = zipfile.ZipInfo(f"doealice_1001_5005_{SET01}.ipynb")
+        link = zipfile.ZipInfo(f"doealice_1001_5005_{STEM}.ipynb")
         link.create_system, link.external_attr = 3, 0o120777 << 16  # a symlink, as Info-ZIP stores one
         z.writestr(link, str(course / "gradebook.db"))
         entry(z, "doealice_1001_5006_report.pdf", "%PDF")
@@ -102,12 +104,12 @@ def runs(tmp_path_factory) -> dict:
 
     moodle = tmp / "moodle.zip"
     with zipfile.ZipFile(moodle, "w") as z:
-        entry(z, f"Alice Doe_77_assignsubmission_file/{SET01}.ipynb", right)  # "download in folders"
-        entry(z, f"Bob Smith_78_assignsubmission_file_{SET01}.ipynb", wrong)  # the flat form
+        entry(z, f"Alice Doe_77_assignsubmission_file/{STEM}.ipynb", right)  # "download in folders"
+        entry(z, f"Bob Smith_78_assignsubmission_file_{SET01}.ipynb", wrong)  # flat; named as before
         entry(z, "Carol King_79_assignsubmission_file/homework.ipynb", right)  # which set? (no --set)
     run = grade(course, "--submissions", str(moodle), "--roster", str(tmp / "roster.csv"))
     assert run.returncode == 0, run.stderr
-    results |= {"moodle": scores(course), "moodle_out": run.stdout,
+    results |= {"moodle": scores(course), "moodle_out": run.stdout, "moodle_grades": csv_rows(course / "grades.csv"),
                 "moodle_csv": csv_rows(course / f"moodle-grades-{SET01}.csv"),
                 "moodle_mode": (course / f"moodle-grades-{SET01}.csv").stat().st_mode & 0o777}
     return results
@@ -131,27 +133,27 @@ def test_a_download_scores_what_the_same_notebooks_score_from_a_folder(runs):
 def test_the_latest_of_two_files_is_graded_and_said_so(runs):
     # bob's earlier file was right: grading the later, wrong one shows the latest was kept.
     notes = {row["student_id"]: row["notes"] for row in runs["canvas_grades"]}
-    assert f"graded the latest, smithbob_LATE_1002_5002_{SET01}-1.ipynb" in notes["bob"]
-    assert f"left out smithbob_1002_4000_{SET01}.ipynb" in notes["bob"] and "LATE" in notes["bob"]
+    assert f"graded the latest, smithbob_LATE_1002_5002_{STEM}-1.ipynb" in notes["bob"]
+    assert f"left out smithbob_1002_4000_{STEM}.ipynb" in notes["bob"] and "LATE" in notes["bob"]
 
 
 def test_a_student_not_in_the_roster_is_graded_and_listed(runs):
     assert runs["canvas"]["canvas-1003"] == points(runs["course"], SET01)
     rows = {row["student_id"]: row for row in runs["canvas_grades"]}
     assert "not in the roster: zedzoe (canvas id 1003)" in rows["canvas-1003"]["notes"]
-    assert f"graded {SET01}-Copy1.ipynb" in rows["canvas-1003"]["notes"]
+    assert f"graded {STEM}-Copy1.ipynb" in rows["canvas-1003"]["notes"]
     assert rows["carol"]["status"] == "not submitted" and rows["carol"]["score"] == ""
 
 
 def test_each_hazard_of_the_zip_is_refused_by_name_and_nothing_lands_outside_staging(runs):
     out = runs["canvas_out"]
-    for line in [f"../../doealice_1001_5004_{SET01}.ipynb: a path that climbs out",
-                 f"{ABSOLUTE}: an absolute path", f"doealice_1001_5005_{SET01}.ipynb: a symbolic link",
+    for line in [f"../../doealice_1001_5004_{STEM}.ipynb: a path that climbs out",
+                 f"{ABSOLUTE}: an absolute path", f"doealice_1001_5005_{STEM}.ipynb: a symbolic link",
                  "doealice_1001_5006_report.pdf: not a notebook",
                  "doealice_1001_5007_more.zip: an archive inside the download (not opened)"]:
         assert f"download: {line}" in out, line
-    assert not ABSOLUTE.exists() and not (runs["tmp"] / f"doealice_1001_5004_{SET01}.ipynb").exists()
-    assert not list(runs["tmp"].parent.glob(f"doealice_1001_5004_{SET01}.ipynb"))
+    assert not ABSOLUTE.exists() and not (runs["tmp"] / f"doealice_1001_5004_{STEM}.ipynb").exists()
+    assert not list(runs["tmp"].parent.glob(f"doealice_1001_5004_{STEM}.ipynb"))
     assert runs["staging_links"] == []
     # alice's refused files did not replace her one real file.
     assert runs["canvas"]["alice"] == points(runs["course"], SET01)
@@ -177,6 +179,15 @@ def test_the_moodle_worksheet(runs):
     assert "for Moodle to import" in runs["moodle_out"]
 
 
+def test_a_notebook_named_as_earlier_releases_named_it_is_graded_with_a_note(runs):
+    """Bob's Moodle file is named after the set alone, as before the notebooks had names of their own:
+    it is his hand-in for that set (his score is the folder's, test above), and the note says why."""
+    notes = {row["student_id"]: row["notes"] for row in runs["moodle_grades"]}
+    assert (f"graded {SET01}.ipynb, the name earlier releases gave this notebook (now {exercise_notebook(SET01)})"
+            in notes["bob"]), notes["bob"]
+    assert "earlier releases" not in notes["alice"], notes["alice"]  # named as it should be: no note
+
+
 def test_a_file_whose_set_cannot_be_told_is_refused_by_name(runs):
     assert ("download: Carol King_79_assignsubmission_file/homework.ipynb: no exercise set is named "
             "homework.ipynb") in runs["moodle_out"] and "pass --set" in runs["moodle_out"]
@@ -189,7 +200,7 @@ def test_a_broken_or_unrecognised_zip_stops_with_a_message_naming_it(runs, tmp_p
     assert run.returncode != 0 and "download.zip is not a readable zip file" in run.stderr
     plain = tmp_path / "plain.zip"
     with zipfile.ZipFile(plain, "w") as z:
-        z.writestr(f"{SET01}.ipynb", "{}")
+        z.writestr(exercise_notebook(SET01), "{}")
     run = grade(runs["course"], "--submissions", str(plain))
     assert run.returncode != 0 and "pass --lms canvas or --lms moodle" in run.stderr
 
@@ -252,10 +263,13 @@ def test_names_sets_and_students_are_read_as_each_lms_writes_them():
     moodle = re.match(PATTERNS["moodle"], "/Jean Paul Sartre_42_assignsubmission_file/01_attention_scores.ipynb")
     assert moodle and (moodle["name"], moodle["lms_id"]) == ("Jean Paul Sartre", "42")
     sets = ["01_attention_scores", "02_masks"]
-    assert [set_of(n, sets) for n in ["01_attention_scores.ipynb", "01_attention_scores-Copy2.ipynb",
-                                      "01_attention_scores (3).ipynb", "02_masks-1.ipynb", "homework.ipynb",
-                                      "01_attention_scores_v2_final.ipynb"]] == [
-        "01_attention_scores", "01_attention_scores", "01_attention_scores", "02_masks", None, None]
+    assert [set_of(n, sets) for n in ["01_attention_scores_exercises.ipynb", "01_attention_scores_exercises-Copy2.ipynb",
+                                      "01_attention_scores_exercises (3).ipynb", "02_masks_exercises-1.ipynb",
+                                      "01_attention_scores.ipynb", "02_masks-Copy1.ipynb",  # earlier releases' names
+                                      "homework.ipynb", "01_attention_scores_v2_final.ipynb",
+                                      "01_attention_scores_exercises_v2.ipynb", "02_masks_answers.ipynb"]] == [
+        "01_attention_scores", "01_attention_scores", "01_attention_scores", "02_masks",
+        "01_attention_scores", "02_masks", None, None, None, None]
     assert set_of("homework.ipynb", sets, forced="02_masks") == "02_masks"
     roster = [Student("alice", "Alice Doe", "1001"), Student("bob", "Bob Smith")]
     assert match_student(roster, "canvas", "1001", "whoever").student_id == "alice"  # the id first

@@ -24,6 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
+from grading import feedback_page
 from exercise_harness import ROOT
 from test_grading import HONEST_SOFTMAX, SET01, cells_by_id, csv_rows, points, printed, scores, submission
 
@@ -162,7 +164,7 @@ def course(tmp_path_factory) -> Path:
             nb.cells.insert(at, nbformat.from_dict(dict(cells_by_id(nb)["score_matrix_tests"])))
         folder = course / "submitted" / student / SET01
         folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{SET01}.ipynb")
+        nbformat.write(nb, folder / exercise_notebook(SET01))
     # Another grading run on this machine may hold socket folders (or a killed one may have left
     # one): only the ones this run makes must be gone after it.
     (course / "socket-mounts-before.json").write_text(json.dumps(socket_mounts()))
@@ -210,9 +212,9 @@ def test_a_flood_on_the_kernels_stderr_does_not_grow_the_grader(course):
 def test_every_output_channel_counts_against_the_output_limit(course, student):
     row = csv_rows(course)[(student, SET01)]
     assert row["status"] == "flagged" and "limit hit (output)" in row["notes"], row
-    graded = course / "autograded" / student / SET01 / f"{SET01}.ipynb"
+    graded = course / "autograded" / student / SET01 / exercise_notebook(SET01)
     assert graded.stat().st_size < 6_000_000
-    html = (course / "feedback" / student / SET01 / f"{SET01}.html").read_text()
+    html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
     assert "output cut" in html and len(html) < 10_000_000
 
 
@@ -262,7 +264,7 @@ def grade_one(tmp_path: Path, python: Path, softmax_rows: str | None = None) -> 
     folder = course / "submitted" / "alice" / SET01
     folder.mkdir(parents=True)
     answers = {"softmax_rows": softmax_rows} if softmax_rows else {}
-    nbformat.write(submission(course, SET01, answers), folder / f"{SET01}.ipynb")
+    nbformat.write(submission(course, SET01, answers), folder / exercise_notebook(SET01))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(python), str(ROOT / "scripts" / "grade.py"), "--course", str(course)],
                           capture_output=True, text=True, env=env)
@@ -294,7 +296,7 @@ def test_a_copy_of_the_course_installed_into_the_environment_is_shown_empty(tmp_
     run = grade_one(tmp_path, python, looker)
     assert run.returncode == 0, run.stderr[-2000:]
     course = tmp_path / "course"
-    nb = nbformat.read(course / "autograded" / "alice" / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(course / "autograded" / "alice" / SET01 / exercise_notebook(SET01), as_version=4)
     out = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
                   if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax_rows")
     assert "INSTALLED [] [] True" in out, out

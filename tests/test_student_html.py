@@ -37,6 +37,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
+from grading import feedback_page, notebook_id
 from exercise_harness import ROOT
 from test_grading import SOLUTION
 
@@ -117,9 +119,9 @@ def payloads(hit_url: str) -> dict:
 
 def malicious_submission(hit_url: str) -> nbformat.NotebookNode:
     """Set 01 answered right, with every payload; outputs saved as the student's run left them."""
-    nb = nbformat.read(ROOT / "exercises" / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / SET01 / exercise_notebook(SET01), as_version=4)
     reference = {c.metadata["nbgrader"]["grade_id"]: c for c in
-                 nbformat.read(ROOT / "solutions" / SET01 / f"{SET01}.ipynb", as_version=4).cells
+                 nbformat.read(ROOT / "solutions" / SET01 / exercise_notebook(SET01), as_version=4).cells
                  if "nbgrader" in c.metadata}
     p = payloads(hit_url)
     for cell in nb.cells:
@@ -158,7 +160,7 @@ def graded(tmp_path_factory):
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     folder = course / "submitted" / STUDENT / SET01
     folder.mkdir(parents=True)
-    nbformat.write(malicious_submission(hits.url), folder / f"{SET01}.ipynb")
+    nbformat.write(malicious_submission(hits.url), folder / exercise_notebook(SET01))
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -215,7 +217,7 @@ def test_unsanitized_the_same_payloads_run(graded, browser, tmp_path):
 
     course, hits, _ = graded
     page_html, _ = HTMLExporter(template_name="classic").from_filename(
-        str(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb"))
+        str(course / "submitted" / STUDENT / SET01 / exercise_notebook(SET01)))
     (tmp_path / "plain.html").write_text(page_html)
     ran, page = visit(browser, hits, (tmp_path / "plain.html").as_uri(), "TR-TEXT", "control-unsanitized.png")
     page.context.close()
@@ -232,11 +234,11 @@ def test_each_layer_alone_stops_every_payload(graded, browser, tmp_path):
     from grading.sanitize import csp_meta
 
     course, hits, _ = graded
-    feedback = (course / "feedback" / STUDENT / SET01 / f"{SET01}.html").read_text()
+    feedback = (course / "feedback" / STUDENT / SET01 / feedback_page(SET01)).read_text()
     (tmp_path / "sanitized-only.html").write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "",
                                                          feedback))
     plain, _ = HTMLExporter(template_name="classic").from_filename(
-        str(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb"))
+        str(course / "submitted" / STUDENT / SET01 / exercise_notebook(SET01)))
     (tmp_path / "csp-only.html").write_text(plain.replace("<head>", "<head>" + csp_meta(), 1))
     for name in ("sanitized-only", "csp-only"):
         ran, page = visit(browser, hits, (tmp_path / f"{name}.html").as_uri(), "TR-TEXT", f"{name}.png")
@@ -246,7 +248,7 @@ def test_each_layer_alone_stops_every_payload(graded, browser, tmp_path):
 
 def test_the_feedback_page_runs_no_student_script_and_shows_text_tables_and_pictures(graded, browser):
     course, hits, _ = graded
-    feedback = course / "feedback" / STUDENT / SET01 / f"{SET01}.html"
+    feedback = course / "feedback" / STUDENT / SET01 / feedback_page(SET01)
     text = feedback.read_text()
     assert "Content-Security-Policy" in text.split("</head>")[0]
     ran, page = visit(browser, hits, feedback.as_uri(), "TR-TEXT", "feedback.png")
@@ -298,7 +300,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
     course, hits, _ = graded
     instructor_server, _ = instructor_server
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        submission_id = gradebook.find_submission_notebook(SET01, SET01, STUDENT).id
+        submission_id = gradebook.find_submission_notebook(notebook_id(SET01), SET01, STUDENT).id
     url = server_url(instructor_server, f"formgrader/submissions/{submission_id}/")
     with urllib.request.urlopen(url) as reply:
         policy = reply.headers["Content-Security-Policy"]
@@ -318,7 +320,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
     page.wait_for_timeout(1000)  # the save's reply
     page.context.close()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        notebook = gradebook.find_submission_notebook(SET01, SET01, STUDENT)
+        notebook = gradebook.find_submission_notebook(notebook_id(SET01), SET01, STUDENT)
         assert any(g.manual_score is not None and g.manual_score == g.max_score for g in notebook.grades), \
             "the formgrader's Full credit did not reach the gradebook"
     # A file of the submission, served by the formgrader: no script, a unique origin.
@@ -336,7 +338,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
 def test_jupyterlab_opens_the_autograded_and_the_submitted_notebook_without_running_student_script(
         graded, browser, instructor_server, kind):
     course, hits, _ = graded
-    url = instructor_server[0].format(path=f"{kind}/{STUDENT}/{SET01}/{SET01}.ipynb")
+    url = instructor_server[0].format(path=f"{kind}/{STUDENT}/{SET01}/{exercise_notebook(SET01)}")
     ran, page = visit(browser, hits, url, "TR-TEXT", f"jupyterlab-{kind}.png", lab=True)
     assert page.get_by_text("TR-TABLE-CELL").count() >= 1, "the table's output was not drawn"
     page.context.close()
@@ -351,7 +353,7 @@ def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, b
     course, hits, _ = graded
     url, data_dir = instructor_server
     trusted = course / "submitted" / STUDENT / SET01 / "trusted-copy.ipynb"
-    nb = nbformat.read(course / "submitted" / STUDENT / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(course / "submitted" / STUDENT / SET01 / exercise_notebook(SET01), as_version=4)
     NotebookNotary(data_dir=str(data_dir)).sign(nb)
     nbformat.write(nb, trusted)
     ran, page = visit(browser, hits, url.format(path=trusted.relative_to(course).as_posix()), "TR-TEXT",
@@ -363,7 +365,7 @@ def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, b
 
 def test_the_autograded_notebook_keeps_no_script_widget_state_or_unsafe_html(graded):
     course, _, _ = graded
-    nb = nbformat.read(course / "autograded" / STUDENT / SET01 / f"{SET01}.ipynb", as_version=4)
+    nb = nbformat.read(course / "autograded" / STUDENT / SET01 / exercise_notebook(SET01), as_version=4)
     assert "widgets" not in nb.metadata
     text = nbformat.writes(nb)
     for unsafe in ("onerror", "onload", "<script", "application/javascript", "widget-view", "srcdoc",
@@ -396,7 +398,7 @@ def test_the_page_of_a_flagged_submission_escapes_its_notes_and_carries_the_csp(
 
     note = '<img src=x onerror="alert(1)"> is not a readable notebook'
     grade.write_flag_feedback(tmp_path, grade.Submission(STUDENT, SET01, "flagged", [note]))
-    page = (tmp_path / "feedback" / STUDENT / SET01 / f"{SET01}.html").read_text()
+    page = (tmp_path / "feedback" / STUDENT / SET01 / feedback_page(SET01)).read_text()
     head = page.split("</head>")[0]
     assert '<meta http-equiv="Content-Security-Policy"' in head and "default-src &#x27;none&#x27;" in head
     assert "<img" not in page and "&lt;img" in page

@@ -20,6 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import exercise_notebook
 from exercise_harness import ROOT, mutants, solution_notebook
 
 SET = "01_attention_scores"
@@ -37,7 +38,7 @@ def learner_notebook(folder: Path, right: set[str], wrong: dict[str, str]) -> Pa
     (exercise: mutant), and the rest left as the stub."""
     solution = {c.metadata["nbgrader"]["grade_id"]: c.source
                 for c in nbformat.read(solution_notebook(SET), as_version=4).cells}
-    nb = nbformat.read(ROOT / "exercises" / SET / f"{SET}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / SET / exercise_notebook(SET), as_version=4)
     for cell in nb.cells:
         grade_id = cell.metadata["nbgrader"]["grade_id"]
         if grade_id in wrong:
@@ -45,8 +46,8 @@ def learner_notebook(folder: Path, right: set[str], wrong: dict[str, str]) -> Pa
         elif grade_id in right:
             cell.source = re.sub(r" *### (BEGIN|END) SOLUTION\n", "", solution[grade_id])
     folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / f"{SET}.ipynb")
-    return folder / f"{SET}.ipynb"
+    nbformat.write(nb, folder / exercise_notebook(SET))
+    return folder / exercise_notebook(SET)
 
 
 def expected_line(passed: list[str], points: dict[str, float]) -> str:
@@ -114,7 +115,7 @@ def test_some_right_some_wrong_one_stub(tmp_path, config):
 
 
 def test_all_right(tmp_path, config):
-    points = points_of(nbformat.read(ROOT / "exercises" / SET / f"{SET}.ipynb", as_version=4))
+    points = points_of(nbformat.read(ROOT / "exercises" / SET / exercise_notebook(SET), as_version=4))
     notebook = learner_notebook(tmp_path / "learner", right=set(points), wrong={})
     printed = validate(notebook, config)
     assert printed == f"Success! Your notebook passes all the tests.\n{expected_line(list(points), points)}\n"
