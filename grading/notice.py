@@ -12,7 +12,10 @@ kernel spec `hub.py setup` writes), names the limit instead:
   - a kernel stopped by the memory limit cannot say so itself: the next kernel does, at its
     first cell (the control group counts the processes it killed);
   - the kernel asks for less memory than the limit for itself (RLIMIT_DATA), so that one huge
-    array fails with an error the student can read instead of the kernel being killed.
+    array fails with an error the student can read instead of the kernel being killed. That
+    allowance counts on top of the private data torch's libraries map at import and mostly never
+    use (about 220 MB for its CPU build, 760 MB for PyPI's CUDA build), so torch is imported
+    first: a fixed allowance below that made `import torch` fail ("failed to map segment").
 
 It reads the environment the hub's spawner sets: TR_LIMITS (the limits, JSON) and the group's
 file that counts memory kills, TR_MEMORY_EVENTS. Without TR_LIMITS it does nothing.
@@ -24,6 +27,7 @@ import errno
 import io
 import json
 import os
+import re
 import resource
 import sys
 from pathlib import Path
@@ -104,11 +108,24 @@ def explain(error: BaseException, limits: dict) -> str | None:
     return None
 
 
+def data_allowance(memory: int) -> int:
+    """RLIMIT_DATA for a kernel whose student may use `memory` bytes in all: the private data this
+    process has mapped so far, plus what the limit leaves for the student's own arrays once the
+    server's room and what the process holds now are taken out (at least a quarter of it)."""
+    status = Path("/proc/self/status").read_text()
+    mapped, held = (int(re.search(rf"{key}:\s+(\d+) kB", status).group(1)) * 1024 for key in ("VmData", "VmRSS"))
+    return mapped + max(memory - SERVER_ROOM - held, memory // 4)
+
+
 def load_ipython_extension(shell) -> None:
     if not os.environ.get("TR_LIMITS"):
         return
     limits = json.loads(os.environ["TR_LIMITS"])
-    allowance = max(limits["memory"] - SERVER_ROOM, limits["memory"] // 2)
+    try:
+        import torch  # noqa: F401  (every lesson's first cell does; its mappings must come first)
+    except ImportError:
+        pass
+    allowance = data_allowance(limits["memory"])
     resource.setrlimit(resource.RLIMIT_DATA, (allowance, allowance))
 
     def with_notice(shell, etype, value, tb, tb_offset=None):

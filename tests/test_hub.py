@@ -767,6 +767,25 @@ def test_a_students_lab_is_make_labs_learner_lab_and_an_instructors_keeps_the_fo
             assert not page_config.exists() and not turned_off
 
 
+def test_a_class_kernel_imports_torch_and_a_huge_array_still_fails_readably():
+    """A class kernel (the notice extension, at the limits the hub tests use) must import torch,
+    whose libraries map private data they mostly never use (the allowance counts on top of it:
+    a fixed one refused PyPI's CUDA build at import), and still refuse 8 GiB at once with an error."""
+    code = ("import os, json\n"
+            f"os.environ['TR_LIMITS'] = json.dumps({{'memory': {LIMITS.memory}}})\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "import grading.notice\n"
+            "grading.notice.load_ipython_extension(InteractiveShell.instance())\n"
+            "import torch\n"
+            "kept = torch.ones(64 * 2**20 // 8, dtype=torch.float64)  # 64 MiB of the student's own\n"
+            "try:\n"
+            "    torch.empty(8 * 2**30, dtype=torch.uint8)\n"
+            "except RuntimeError as error:\n"
+            "    print('refused:', 'memory' in str(error))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "refused: True" in done.stdout, done.stdout + done.stderr
+
+
 def test_a_bad_roster_row_is_named(tmp_path):
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,name\nada,Ada Lovelace\nBob Smith,Bob Smith\n")
