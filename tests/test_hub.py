@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -87,7 +88,11 @@ def hub_class():
                     "(CI runs as root; locally: sudo make test)")
     if not hub.PROXY.exists():
         pytest.fail(f"{hub.PROXY} is missing: run `make hub-proxy` (make test does)")
-    for earlier in Path("/tmp").glob("trhub-*/class.json"):  # a run that was killed left its class
+    # The users' names are fixed, so a second run on this machine (another checkout's make test)
+    # waits here for the first; a class left in /tmp is then one whose run was killed.
+    lock = open("/run/lock/transformer-roots-hub-test.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    for earlier in Path("/tmp").glob("trhub-*/class.json"):
         hub.teardown(earlier.parent)
     state = Path(tempfile.mkdtemp(prefix="trhub-", dir="/tmp"))
     state.chmod(0o755)  # the students' homes are in it
@@ -118,6 +123,7 @@ def hub_class():
         shutil.rmtree(state, ignore_errors=True)
         for path in made:
             path.unlink(missing_ok=True)
+        lock.close()  # lets a waiting run start
 
 
 # --- What a user does in the browser.
