@@ -27,6 +27,7 @@ from .guards import (broadcast_shape, require_bool, require_choice, require_coun
                      require_same_dtype, require_same_shape)
 from .masks import causal_mask
 from .model import DecoderOnly, ModelConfig, require_ids
+from .positional_encoding import POSITION_KINDS, tiny_model
 from .training import IGNORE, run_each, train, train_tiny_model
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
@@ -819,7 +820,7 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
                           steps: int = 300, lr: float = 0.01, seed: int = 0,
                           periods: tuple[int, ...] = (2, 3, 4, 5, 6, 7),
                           prefix: tuple[int, int] = (0, 16), batch: int = 64,
-                          progress: bool | str = False, layers: int = 2,
+                          progress: bool | str = False, layers: int = 2, positions: str = "learned",
                           on_step: Callable[[DecoderOnly, int], None] | None = None
                           ) -> tuple[DecoderOnly, list[float]]:
     """An attention-only causal DecoderOnly (float64, two layers by default) trained on
@@ -830,6 +831,8 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
     only works once the block has come back twice. progress=True shows a bar labelled
     "induction" with the step and the loss (a string names the task otherwise).
     layers=1 trains the control of Olsson et al. 2022: the same data, steps and width, one layer.
+    positions="rope" turns queries and keys by position (lesson 04) in place of the learned table
+    (for RoPE, d_model / heads must be even); any of lesson 04's schemes may be named.
     on_step(model, k) is called before step k's batch, after k updates (k = 0 .. steps - 1), to
     measure the model as it trains; it must not change the model (the caller's measurement
     runs under no_grad and draws from its own generator, so the run is the same with or
@@ -840,10 +843,11 @@ def train_induction_model(vocab_size: int = 24, length: int = 24, d_model: int =
     if not (progress is False or isinstance(progress, str)):
         raise TypeError(f"progress must be True, False or the task's name, got {progress!r}")
     require_count("layers", layers)
+    require_choice("positions", positions, POSITION_KINDS)
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be None or a function (model, step) -> None, got {type(on_step).__name__}")
-    model = DecoderOnly(ModelConfig(vocab_size=vocab_size, max_len=length, d_model=d_model,
-                                    n_decoder_layers=layers, d_ff=0, seed=seed)).to(torch.float64)
+    model = tiny_model(positions, vocab_size=vocab_size, max_len=length, d_model=d_model,
+                       n_decoder_layers=layers, d_ff=0, seed=seed).to(torch.float64)
     make_batch = induction_batch(batch, length, vocab_size, periods, prefix)
     if on_step is not None:
         make_batch = _calling_before(make_batch, lambda k: on_step(model, k))
@@ -858,10 +862,11 @@ class TrackedRun(NamedTuple):
     track: dict[int, ProbeScores]  # step k (after k updates) -> repeated_tokens_probe's scores
 
 
-def train_induction_runs(layers: Sequence[int], probe: tuple[Tensor, Tensor], every: int = 10, seed: int = 0,
-                         workers: int = 1, progress: bool | str = False, **settings) -> list[TrackedRun]:
-    """One train_induction_model run per entry of `layers` (its number of layers; `seed` and
-    `settings`, the function's other arguments, shared), each measured as it trains:
+def train_induction_runs(models: Sequence[tuple[int, str]], probe: tuple[Tensor, Tensor], every: int = 10,
+                         seed: int = 0, workers: int = 1, progress: bool | str = False, **settings
+                         ) -> list[TrackedRun]:
+    """One train_induction_model run per (layers, positions) in `models` (e.g. (2, "learned");
+    `seed` and `settings`, the function's other arguments, shared), each measured as it trains:
     repeated_tokens_probe on `probe` (ids, targets (B, T) of a repeated_tokens_batch) every
     `every` steps and after the last.
 
@@ -869,7 +874,7 @@ def train_induction_runs(layers: Sequence[int], probe: tuple[Tensor, Tensor], ev
     one thread each). progress=True shows one bar, labelled "induction", with each run's step
     and loss.
     """
-    layers = [require_count("layers", n) for n in require_items("layers", layers)]
+    models = [_require_variant(m) for m in require_items("models", models)]
     if not (isinstance(probe, tuple) and len(probe) == 2):
         raise TypeError(f"probe must be (ids, targets) of a repeated_tokens_batch, got {type(probe).__name__}")
     require_integer("probe ids", probe[0], 2, 2)
@@ -877,19 +882,27 @@ def train_induction_runs(layers: Sequence[int], probe: tuple[Tensor, Tensor], ev
     require_count("every", every)
     require_count("seed", seed, minimum=0)
     label = "induction" if progress is True else progress
-    names = [f"{n} layer{'s' * (n > 1)}, seed {seed}" for n in layers]
-    return run_each(functools.partial(_tracked_run, probe=probe, every=every, seed=seed, settings=settings), layers,
+    names = [f"{n} layer{'s' * (n > 1)}, {kind}, seed {seed}" for n, kind in models]
+    return run_each(functools.partial(_tracked_run, probe=probe, every=every, seed=seed, settings=settings), models,
                     workers, label, names)
 
 
-def _tracked_run(layers: int, probe: tuple[Tensor, Tensor], every: int, seed: int, settings: dict) -> TrackedRun:
+def _require_variant(model: object) -> tuple[int, str]:
+    if not (isinstance(model, tuple) and len(model) == 2):
+        raise TypeError(f"each of models must be a pair (layers, positions) such as (2, \"learned\"), got {model!r}")
+    return require_count("layers", model[0]), require_choice("positions", model[1], POSITION_KINDS)
+
+
+def _tracked_run(model: tuple[int, str], probe: tuple[Tensor, Tensor], every: int, seed: int,
+                 settings: dict) -> TrackedRun:
+    layers, positions = model
     track: dict[int, ProbeScores] = {}
 
     def record(model: DecoderOnly, step: int) -> None:
         if step % every == 0:
             track[step] = repeated_tokens_probe(model, *probe)
 
-    model, losses = train_induction_model(seed=seed, layers=layers, on_step=record, **settings)
+    model, losses = train_induction_model(seed=seed, layers=layers, positions=positions, on_step=record, **settings)
     track[len(losses)] = repeated_tokens_probe(model, *probe)
     return TrackedRun(model, losses, track)
 

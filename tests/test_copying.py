@@ -4,6 +4,7 @@ without softmax; training; bad input. (Set 06's known answers: tests/mutants/06_
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -565,14 +566,35 @@ def _probe():
     return repeated_tokens_batch(500, 11, 24)(torch.Generator().manual_seed(300))
 
 
-def _induction_measurements(model, losses, track):
-    """Everything section 5 of the lesson claims about the trained induction model."""
+@functools.cache
+def _held_out():
+    """The lesson's held-out sequences of section 5, drawn as it draws them: the grid's cells
+    (P, L), 500 mixed ones, one block per later start s and period L, a block at 17, natural
+    repeats and blocks of period 7, 9 and 11 at start 1."""
     V, T = 24, 24
     held_out = torch.Generator().manual_seed(100)
     cells = [(P, L) for P in range(9) for L in range(2, 8)]
-    grid = copy_accuracies(model, [induction_batch(100, T, V, (L,), (P, P))(held_out)
-                                   for P, L in cells])
-    ids, targets = induction_batch(500, T, V, (2, 3, 4, 5, 6, 7), (0, 8))(held_out)
+    grid = [induction_batch(100, T, V, (L,), (P, P))(held_out) for P, L in cells]
+    ids, _ = induction_batch(500, T, V, (2, 3, 4, 5, 6, 7), (0, 8))(held_out)
+    start_gen = torch.Generator().manual_seed(200)  # starts 1 .. 9 are the grid's cells, as in the lesson
+    later = [(s, L) for s in range(10, 21) for L in range(2, 8) if s + 2 * L <= T]
+    period_gen = torch.Generator().manual_seed(7)
+    return dict(
+        cells=cells, grid=grid, ids=ids, later=later,
+        later_batches=[induction_batch(50, T, V, (L,), (s - 1, s - 1))(start_gen) for s, L in later],
+        starts=[(P + 1, L) for P, L in cells] + later,
+        late=induction_batch(200, T, V, (3,), (16, 16))(torch.Generator().manual_seed(4)),
+        natural=repeat_once_batch(1000, T, V)(torch.Generator().manual_seed(5)),
+        periods={L: induction_batch(200, T, V, (L,), (0, 0))(period_gen) for L in (7, 9, 11)},
+    )
+
+
+def _induction_measurements(model, losses, track):
+    """Everything section 5 of the lesson claims about the trained induction model."""
+    V, T = 24, 24
+    data = _held_out()
+    cells, ids = data["cells"], data["ids"]
+    grid = copy_accuracies(model, data["grid"])
     model(ids)
     layer1 = weight_on_source(model.layer_weights[0], -1)  # queries 1 .. 23
     matches = matching_keys(ids)
@@ -582,14 +604,9 @@ def _induction_measurements(model, losses, track):
     smooth = torch.tensor(losses).unfold(0, 10, 1).mean(-1)
     to = {level: 10 + next(i for i, x in enumerate(smooth) if x < level) for level in (2.0, 0.5)}
     ov = ov_circuit(model, layer=1)
-    late = induction_batch(200, T, V, (3,), (16, 16))(torch.Generator().manual_seed(4))
-    start_gen = torch.Generator().manual_seed(200)  # starts 1 .. 9 are the grid's cells, as in the lesson
-    later = [(s, L) for s in range(10, 21) for L in range(2, 8) if s + 2 * L <= T]
-    starts = [(P + 1, L) for P, L in cells] + later
-    by_start = grid + copy_accuracies(model, [induction_batch(50, T, V, (L,), (s - 1, s - 1))(start_gen)
-                                              for s, L in later])
+    late, starts, natural = data["late"], data["starts"], data["natural"]
+    by_start = grid + copy_accuracies(model, data["later_batches"])
     worst = {s: min(a for (t, _), a in zip(starts, by_start) if t == s) for s, _ in starts}
-    natural = repeat_once_batch(1000, T, V)(torch.Generator().manual_seed(5))
     # the probe of Olsson et al.: [BOS], 11 random tokens, the same again
     rep_ids, rep_targets = _probe()
     second = slice(12, 22)
@@ -643,20 +660,44 @@ def _induction_measurements(model, losses, track):
         # the last start s such that every start 1 .. s is at least 99% for every L
         "handled up to start": next(s for s in worst if worst[s] < 0.99) - 1,
         "natural repeats": copy_accuracy(model, *natural),
+        "period 11": copy_accuracy(model, *data["periods"][11]),
     }
+
+
+def _rotary_measurements(model):
+    """What the end of section 5 claims about the model trained with rotary positions."""
+    data = _held_out()
+    model(data["ids"])
+    layer1 = weight_on_source(model.layer_weights[0], -1)  # queries 1 .. 23
+    grid = copy_accuracies(model, data["grid"])
+    by_start = grid + copy_accuracies(model, data["later_batches"])
+    return {
+        "lowest cell": min(grid),
+        "layer 1 mean 1..18": float(layer1[:18].mean()),
+        "layer 1 min 20..23": float(layer1[19:].min()),
+        "late block (P 16, L 3)": copy_accuracy(model, *data["late"]),
+        "starts 19, 20": min(a for (s, _), a in zip(data["starts"], by_start) if s >= 19),
+        "natural repeats": copy_accuracy(model, *data["natural"]),
+        **{f"period {L}": copy_accuracy(model, *batch) for L, batch in data["periods"].items()},
+    }
+
+
+LESSON_RUNS = [(2, "learned"), (2, "rope"), (1, "learned")]  # (layers, positions), in the lesson's order
 
 
 @pytest.fixture(scope="module")
 def trained_inductors():
     rep_ids, rep_targets = _probe()
-    # as the lesson trains and records them: with the one-layer control, 100 of the probe's sequences
-    runs = {seed: train_induction_runs((2, 1), (rep_ids[:100], rep_targets[:100]), seed=seed) for seed in SEEDS}
-    return {seed: (_induction_measurements(*two), two, control) for seed, (two, control) in runs.items()}
+    # as the lesson trains and records them: with rotary positions and the one-layer control, on 100
+    # of the probe's sequences
+    runs = {seed: train_induction_runs(LESSON_RUNS, (rep_ids[:100], rep_targets[:100]), seed=seed) for seed in SEEDS}
+    return {seed: (_induction_measurements(*two), two, control, rotary)
+            for seed, (two, rotary, control) in runs.items()}
 
 
 def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained_inductors):
     """Section 5 trains seed 0; its claims, with its bounds, hold for seeds 0 .. 4."""
-    measured = {seed: m for seed, (m, _, _) in trained_inductors.items()}
+    measured = {seed: m for seed, (m, *_) in trained_inductors.items()}
     for seed, m in measured.items():
         assert m["lowest cell"] >= 0.97, (seed, m)
         assert m["steps 2 to 0.5"] <= m["steps to 2"] - 1, (seed, m)
@@ -707,6 +748,33 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
     assert f"{ranges['starts 19, 20'][1]:.0%}" == "4%", ranges  # "at most 4%"
     assert f"{ranges['paths, sum error'][1]:.1e}" == "1.1e-14", ranges  # "within 1.1e-14"
     assert f"{ranges['knocked out, best accuracy'][1]:.1%}" == "5.3%", ranges  # "at most 5.3%"
+
+
+def test_rotary_positions_handle_every_start_but_not_longer_distances_for_every_seed(trained_inductors):
+    """The end of section 5: the same training with rotary positions in place of the learned
+    table. Its claims, with their bounds, for seeds 0 .. 4, and the ranges the text states."""
+    rotary = {seed: _rotary_measurements(run.model) for seed, (_, _, _, run) in trained_inductors.items()}
+    learned = {seed: m for seed, (m, *_) in trained_inductors.items()}
+    for seed, m in rotary.items():
+        assert m["lowest cell"] >= 0.97 and m["layer 1 min 20..23"] >= 0.3, (seed, m)
+        assert m["late block (P 16, L 3)"] >= 0.9 and m["starts 19, 20"] >= 0.4, (seed, m)
+        assert learned[seed]["period 11"] >= 0.95, (seed, learned[seed])
+        assert learned[seed]["period 11"] - m["period 11"] >= 0.03, (seed, m, learned[seed])
+        assert m["natural repeats"] >= 0.7, (seed, m)
+    ranges = {key: (min(m[key] for m in rotary.values()), max(m[key] for m in rotary.values()))
+              for key in next(iter(rotary.values()))}
+    ranges["learned period 11"] = (min(m["period 11"] for m in learned.values()),
+                                   max(m["period 11"] for m in learned.values()))
+    ranges["learned layer 1 max 20..23"] = (0, max(m["layer 1 max 20..23"] for m in learned.values()))
+    print(ranges)
+    stated = {"lowest cell": ("{:.1%}", "99.6%", "99.9%"), "layer 1 min 20..23": ("{:.2f}", "0.55", "0.63"),
+              "layer 1 mean 1..18": ("{:.2f}", "0.75", "0.83"),
+              "late block (P 16, L 3)": ("{:.0%}", "98%", "100%"), "starts 19, 20": ("{:.0%}", "56%", "92%"),
+              "natural repeats": ("{:.0%}", "79%", "88%"), "period 11": ("{:.0%}", "74%", "93%"),
+              "learned period 11": ("{:.1%}", "98.9%", "99.9%")}
+    for key, (form, low, high) in stated.items():
+        assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
+    assert f"{ranges['learned layer 1 max 20..23'][1]:.1g}" == "0.09", ranges  # "at most 0.09", stated above
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -922,25 +990,27 @@ def one_layer_controls(trained_inductors):
     """The lesson's control, trained beside each induction model, on the whole probe."""
     rep_ids, rep_targets = _probe()
     return {seed: repeated_tokens_probe(control.model, rep_ids, rep_targets)
-            for seed, (_, _, control) in trained_inductors.items()}
+            for seed, (_, _, control, _) in trained_inductors.items()}
 
 
 def test_runs_on_two_cores_are_the_runs_on_one(trained_inductors):
-    """The lesson trains its two runs at once (workers=2, forked): the same losses and scores."""
+    """The lesson trains its three runs two at a time (workers=2, forked): the same losses and scores."""
     rep_ids, rep_targets = _probe()
-    forked = train_induction_runs((2, 1), (rep_ids[:100], rep_targets[:100]), workers=2)
-    _, *in_process = trained_inductors[0]
+    forked = train_induction_runs(LESSON_RUNS, (rep_ids[:100], rep_targets[:100]), workers=2)
+    _, two, control, rotary = trained_inductors[0]
+    in_process = [two, rotary, control]
     for run, same in zip(forked, in_process):
         assert run.losses == same.losses and run.track == same.track
         assert all(torch.equal(a, b) for a, b in zip(run.model.state_dict().values(), same.model.state_dict().values()))
-    assert [len(run.model.layers) for run in forked] == [2, 1]
+    assert [len(run.model.layers) for run in forked] == [2, 2, 1]
+    assert [type(run.model.positions).__name__ for run in forked] == ["LearnedPositions", "RotaryPositions", "LearnedPositions"]
     assert sorted(forked[0].track) == list(range(0, 301, 10))
 
 
 def test_one_layer_control_learns_no_induction_for_every_seed(one_layer_controls, trained_inductors):
     """Trained as the two-layer model, one layer learns no induction (Olsson et al.'s control);
     its own tracked run never prefix-matches at any checkpoint."""
-    for seed, (_, _, control) in trained_inductors.items():
+    for seed, (_, _, control, _) in trained_inductors.items():
         assert len(control.model.layers) == 1 and len(control.losses) == 300
         assert max(p.prefix_matching for p in control.track.values()) <= 0.1, seed
     for seed, p in one_layer_controls.items():

@@ -402,8 +402,8 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
      lambda: dict(model=decoder(n_decoder_layers=2), **dict(zip(("ids", "targets"), copying.repeated_tokens_batch(2, 2, 8)(g))),
                   layer=None, ablate=0, how="mean")),
     ("copying", "train_induction_runs", lambda: copying.train_induction_runs,
-     lambda: dict(layers=(1,), probe=tuple(copying.repeated_tokens_batch(2, 3, 24)(g)), every=100, seed=0, workers=1,
-                  progress=False)),  # the lesson's defaults: one 300-step run of one layer, about a second
+     lambda: dict(models=[(1, "learned")], probe=tuple(copying.repeated_tokens_batch(2, 3, 24)(g)), every=100, seed=0,
+                  workers=1, progress=False)),  # the lesson's defaults: one 300-step run of one layer, about a second
     ("copying", "logit_paths", lambda: copying.logit_paths, lambda: dict(model=decoder(n_decoder_layers=2), ids=ids())),
     ("copying", "step_of_change", lambda: copying.step_of_change,
      lambda: dict(steps=[0, 10, 20], values=[0.0, 0.5, 1.0], share=0.5)),
@@ -411,7 +411,7 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
      lambda: dict(vocab_size=8, length=5, d_model=8, offset=1, steps=1, lr=0.005, seed=0, batch=4)),
     ("copying", "train_induction_model", lambda: copying.train_induction_model,
      lambda: dict(vocab_size=8, length=10, d_model=8, steps=1, lr=0.01, seed=0, periods=(2, 3), prefix=(0, 2), batch=4,
-                  progress=False, layers=2, on_step=None)),
+                  progress=False, layers=2, positions="learned", on_step=None)),
     ("copying", "unnormalised_attention", lambda: copying.unnormalised_attention,
      lambda: dict(q=randn(3, 4), k=randn(5, 4), v=randn(5, 2))),
     ("copying", "unnormalised_copy_fit", lambda: copying.unnormalised_copy_fit,
