@@ -887,15 +887,16 @@ def train_induction_runs(models: Sequence[tuple[int, str]], probe: tuple[Tensor,
                     workers, label, names)
 
 
-def _require_variant(model: object) -> tuple[int, str]:
-    if not (isinstance(model, tuple) and len(model) == 2):
-        raise TypeError(f"each of models must be a pair (layers, positions) such as (2, \"learned\"), got {model!r}")
-    return require_count("layers", model[0]), require_choice("positions", model[1], POSITION_KINDS)
+def _require_variant(variant: object) -> tuple[int, str]:
+    """One entry of train_induction_runs' models: (layers, positions)."""
+    if not (isinstance(variant, tuple) and len(variant) == 2):
+        raise TypeError(f"each of models must be a pair (layers, positions) such as (2, \"learned\"), got {variant!r}")
+    return require_count("layers", variant[0]), require_choice("positions", variant[1], POSITION_KINDS)
 
 
-def _tracked_run(model: tuple[int, str], probe: tuple[Tensor, Tensor], every: int, seed: int,
+def _tracked_run(variant: tuple[int, str], probe: tuple[Tensor, Tensor], every: int, seed: int,
                  settings: dict) -> TrackedRun:
-    layers, positions = model
+    layers, positions = variant
     track: dict[int, ProbeScores] = {}
 
     def record(model: DecoderOnly, step: int) -> None:
