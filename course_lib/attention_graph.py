@@ -849,10 +849,12 @@ def random_sequences(task: str, n_sequences: int, length: int, n_symbols: int, g
                      f"{'' if held_out else 'not '}held out to draw n_sequences={n_sequences}; use held_out=None")
 
 
-def train_like(compiled: CompiledProgram, task: str, length: int, steps: int = 100, lr: float = 1e-2,
-               seed: int = 0, n_sequences: int = 64) -> DecoderOnly:
+def train_like(compiled: CompiledProgram, task: str, length: int, seed: int = 0, steps: int = 100,
+               lr: float = 1e-2, n_sequences: int = 64) -> DecoderOnly:
     """A DecoderOnly of the compiled model's very config (its seed: `seed`), trained from random
-    weights on `task` at one length, on inputs [BOS, x] outside the held-out part."""
+    weights on `task` at one length, on inputs [BOS, x] outside the held-out part. The seed comes
+    fourth so that run_each can train seeds side by side: run_each(partial(train_like, compiled,
+    task, length, steps=...), seeds, workers=2)."""
     require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
     require_choice("task", task, tuple(PROGRAMS))
     require_count("seed", seed, minimum=0)

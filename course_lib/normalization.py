@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
+from .training import SGD
 from .guards import (require_bool, require_broadcasts_to, require_choice, require_count, require_float,
                      require_index, require_instance, require_items, require_mask, require_number, require_same_dtype,
                      require_same_shape, require_tensor, require_width)
@@ -588,12 +589,15 @@ def train_shifted(model: SeedMLP, seeds: list[int], steps: int, trained: int, sh
 def _sgd(model: SeedMLP, x: Tensor, y: Tensor, lr: float, batch: int) -> Tensor:
     """Plain SGD on x (S, steps * batch, d_in), y (S, steps * batch), one batch per step, in order:
     the losses (S, steps), each before its step's update. Summing the seeds' losses gives each
-    seed exactly its own gradient (their parameters are disjoint)."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    seed exactly its own gradient (their parameters are disjoint). The step is the course's SGD:
+    torch.optim's imports torch's compiler on first use, some 1.5 s in a notebook."""
+    parameters = list(model.parameters())
+    optimizer = SGD(parameters, lr)
     losses = []
     for start in range(0, x.shape[1], batch):
         loss = _mlp_loss(model, x[:, start:start + batch], y[:, start:start + batch])  # (S,)
-        optimizer.zero_grad()
+        for p in parameters:
+            p.grad = None
         loss.sum().backward()
         optimizer.step()
         losses.append(loss.detach())
