@@ -82,8 +82,12 @@ def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: 
     from_torch(mine, theirs)
     x, y = (torch.randn(3, n, d_model, generator=gen, dtype=torch.float64, requires_grad=True) for n in (6, 5))
     real = padding_mask([6, 4, 2], 6)  # (B, 1, S)
-    out_theirs = theirs(x, y, tgt_mask=~causal_mask(5), src_key_padding_mask=~real[:, 0],
-                        memory_key_padding_mask=~real[:, 0])  # torch's masks: True = NOT allowed
+    # torch's masks: True = NOT allowed. The padding goes in as one (T, S) mask per sequence and
+    # head, (B H, T, S), which torch adds to the scores just as it adds a key_padding_mask; its
+    # key_padding_mask's first use imports sympy for a shape check (half a second of the lesson).
+    hidden = (~real).repeat_interleave(n_heads, dim=0)  # (B H, 1, S)
+    out_theirs = theirs(x, y, src_mask=hidden.expand(-1, 6, -1), tgt_mask=~causal_mask(5),
+                        memory_mask=hidden.expand(-1, 5, -1))
     out_mine = mine.decode(y, mine.encode(x, real[:, 0]), real[:, 0])[0]
     upstream = torch.randn(out_mine.shape, generator=gen, dtype=torch.float64)
     core = [*mine.encoder.parameters(), *mine.decoder.parameters(), *mine.encoder_norm.parameters(),
