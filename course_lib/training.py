@@ -8,7 +8,8 @@ are seeded where they are made, so the same call gives the same numbers every ti
 A loop that takes seconds shows a progress bar (`progress_bar`) with what it is doing: for
 training, the task, the step and the current loss. `run_each` runs independent trainings
 (one per seed) and shows the step and loss of each run in progress, also when the runs go
-on in other processes.
+on in other processes. `start_each` starts such runs in one other process and returns at
+once: the notebook goes on beside them, and `.results()` collects them later.
 """
 
 from __future__ import annotations
