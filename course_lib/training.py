@@ -400,7 +400,8 @@ def start_each(job: Callable[[Item], Result], items: Sequence[Item], progress: b
 
     The process is forked at the first call, with one thread, and kept: the runs of every call
     go through it one after another, in the order they were started. Each run is seeded by its
-    item, so the results are the ones run_each gives. Elsewhere than on Linux nothing is
+    item, so the results are the ones run_each gives with one thread (in its worker processes, or
+    in a notebook that sets one thread, as the lessons do). Elsewhere than on Linux nothing is
     forked: `.results()` runs them then. progress and names: as in run_each (the bar shows at
     `.results()`, counting the runs done; their steps are not shown).
     """
