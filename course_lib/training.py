@@ -8,7 +8,8 @@ are seeded where they are made, so the same call gives the same numbers every ti
 A loop that takes seconds shows a progress bar (`progress_bar`) with what it is doing: for
 training, the task, the step and the current loss. `run_each` runs independent trainings
 (one per seed) and shows the step and loss of each run in progress, also when the runs go
-on in other processes.
+on in other processes. `start_each` starts such runs in one other process and returns at
+once: the notebook goes on beside them, and `.results()` collects them later.
 """
 
 from __future__ import annotations
@@ -299,6 +300,20 @@ class _RunBoard:
         self.bar.update(done, "; ".join(parts))
 
 
+def _require_runs(job: object, items: object, progress: object, names: object) -> tuple[list, str, list[str]]:
+    """run_each's and start_each's arguments: (the items as a list, the bar's label or "", the names)."""
+    if not callable(job):
+        raise TypeError(f"job must be a function of one item, got {type(job).__name__}")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(f"items must be a list of the runs' inputs (e.g. seeds), got {type(items).__name__}")
+    items = list(items)
+    label = _require_progress("progress", progress, "training")
+    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must give one name per item: {len(names)} names for {len(items)} items")
+    return items, label, names
+
+
 def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int = 1,
              progress: bool | str = False, names: Sequence[str] | None = None) -> list[Result]:
     """[job(item) for item in items]: independent runs (one seed each), in order.
@@ -311,16 +326,8 @@ def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int 
     (True); beside it, each run in progress by its name in `names` (one per item, default
     "run 1", "run 2", ...) with the step and loss that `train` reached in it.
     """
-    if not callable(job):
-        raise TypeError(f"job must be a function of one item, got {type(job).__name__}")
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise TypeError(f"items must be a list of the runs' inputs (e.g. seeds), got {type(items).__name__}")
+    items, label, names = _require_runs(job, items, progress, names)
     require_count("workers", workers)
-    items = list(items)
-    label = _require_progress("progress", progress, "training")
-    names = [f"run {i + 1}" for i in range(len(items))] if names is None else list(names)
-    if len(names) != len(items):
-        raise ValueError(f"names must give one name per item: {len(names)} names for {len(items)} items")
     board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
         return _run_in_processes(job, items, workers, board)
@@ -356,6 +363,58 @@ def _run_in_processes(job: Callable[[Item], Result], items: list[Item], workers:
                 if board is not None:
                     board.finish(index_of[future])
     return [future.result() for future in futures]
+
+
+_ahead: ProcessPoolExecutor | None = None  # start_each's one process, made at its first call
+
+
+class Later:
+    """Runs that start_each started: `results()` waits for them and returns them."""
+
+    def __init__(self, futures: list[Future], label: str, names: list[str],
+                 finish: Callable[[list], object] = list, run_here: Callable[[], list] | None = None):
+        self.futures, self.label, self.names, self.finish, self.run_here = futures, label, names, finish, run_here
+
+    def results(self) -> object:
+        """[job(item) for item in items], as start_each was asked (passed through `finish`), once
+        every run is done. With a label, a bar counts the runs as they end (those done already
+        at once): the same bar whether they are still running or not."""
+        if self.run_here is not None:  # no fork here: the runs go now, one after another
+            return self.finish(self.run_here())
+        board = _RunBoard(self.label, self.names) if self.label and self.futures else None
+        pending = set(self.futures)
+        while pending:
+            ended, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            for future in ended:
+                future.result()  # a run that failed raises here, at once
+                if board is not None:
+                    board.finish(self.futures.index(future))
+        return self.finish([future.result() for future in self.futures])
+
+
+def start_each(job: Callable[[Item], Result], items: Sequence[Item], progress: bool | str = False,
+               names: Sequence[str] | None = None, finish: Callable[[list[Result]], object] = list) -> Later:
+    """Start [job(item) for item in items] in one other process and return at once: a lesson's
+    next cells go on in this one, on the other core, while the runs train; `.results()` waits
+    for them (finish(the list), in order; finish defaults to the list itself).
+
+    The process is forked at the first call, with one thread, and kept: the runs of every call
+    go through it one after another, in the order they were started. Each run is seeded by its
+    item, so the results are the ones run_each gives with one thread (in its worker processes, or
+    in a notebook that sets one thread, as the lessons do). Elsewhere than on Linux nothing is
+    forked: `.results()` runs them then. progress and names: as in run_each (the bar shows at
+    `.results()`, counting the runs done; their steps are not shown).
+    """
+    global _ahead
+    items, label, names = _require_runs(job, items, progress, names)
+    if not callable(finish):
+        raise TypeError(f"finish must be a function of the list of results, got {type(finish).__name__}")
+    if sys.platform != "linux":
+        return Later([], label, names, finish, functools.partial(run_each, job, items, 1, label or False, names))
+    if _ahead is None or _ahead._broken:  # none yet, or its process died (killed): a new one
+        _ahead = ProcessPoolExecutor(1, multiprocessing.get_context("fork"), initializer=_start_worker,
+                                     initargs=(None,))
+    return Later([_ahead.submit(job, item) for item in items], label, names, finish)
 
 
 def _show_reports(steps: multiprocessing.SimpleQueue, board: _RunBoard) -> None:

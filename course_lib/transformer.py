@@ -35,7 +35,7 @@ from .masks import causal_mask, padding_mask
 from .model import Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig, Positions, require_ids
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
-from .training import run_each, train
+from .training import Later, run_each, start_each, train
 
 __all__ = ["Block", "FeedForward"]  # the model's pieces, as lesson 09 names them
 
@@ -82,8 +82,12 @@ def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: 
     from_torch(mine, theirs)
     x, y = (torch.randn(3, n, d_model, generator=gen, dtype=torch.float64, requires_grad=True) for n in (6, 5))
     real = padding_mask([6, 4, 2], 6)  # (B, 1, S)
-    out_theirs = theirs(x, y, tgt_mask=~causal_mask(5), src_key_padding_mask=~real[:, 0],
-                        memory_key_padding_mask=~real[:, 0])  # torch's masks: True = NOT allowed
+    # torch's masks: True = NOT allowed. The padding goes in as one (T, S) mask per sequence and
+    # head, (B H, T, S), which torch adds to the scores just as it adds a key_padding_mask; its
+    # key_padding_mask's first use imports sympy for a shape check (half a second of the lesson).
+    hidden = (~real).repeat_interleave(n_heads, dim=0)  # (B H, 1, S)
+    out_theirs = theirs(x, y, src_mask=hidden.expand(-1, 6, -1), tgt_mask=~causal_mask(5),
+                        memory_mask=hidden.expand(-1, 5, -1))
     out_mine = mine.decode(y, mine.encode(x, real[:, 0]), real[:, 0])[0]
     upstream = torch.randn(out_mine.shape, generator=gen, dtype=torch.float64)
     core = [*mine.encoder.parameters(), *mine.decoder.parameters(), *mine.encoder_norm.parameters(),
@@ -236,10 +240,12 @@ class TrainedRun(NamedTuple):
 
 
 def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_sequences: int, length: int,
-                lr: float, gpt: bool = False, progress: bool | str = False, workers: int = 1) -> list[TrainedRun]:
+                lr: float, gpt: bool = False, progress: bool | str = False, workers: int = 1,
+                background: bool = False) -> list[TrainedRun] | Later:
     """train_transformer(task, config with each seed, ...) for each seed (weights and batches from
     that seed), with each model's held-out accuracy: one TrainedRun per seed. workers > 1 trains
-    that many at once (training.run_each: the same numbers)."""
+    that many at once (training.run_each: the same numbers). background=True returns at once,
+    the runs going on in one other process: `.results()` gives the list (training.start_each)."""
     _require_recipe(task, config, n_sequences, length, gpt)  # before any run starts, in this process
     require_count("steps", steps)
     require_number("lr", lr, positive=True)
@@ -249,7 +255,10 @@ def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_
                             length=length, lr=lr, gpt=gpt)
     label = task if progress is True else progress
     kind = "decoder-only" if gpt else "encoder-decoder"
-    return run_each(job, list(seeds), workers, label, [f"{kind}, seed {seed}" for seed in seeds])
+    names = [f"{kind}, seed {seed}" for seed in seeds]
+    if require_bool("background", background):
+        return start_each(job, list(seeds), label, names)
+    return run_each(job, list(seeds), workers, label, names)
 
 
 def _trained_run(seed: int, task: str, config: ModelConfig, steps: int, n_sequences: int, length: int, lr: float,
@@ -261,25 +270,37 @@ def _trained_run(seed: int, task: str, config: ModelConfig, steps: int, n_sequen
 
 def final_losses(task: str, configs: dict[str, Callable[[int], ModelConfig]],
                  seeds: list[int], steps: int, n_sequences: int, length: int, lr: float,
-                 last: int = 5, progress: bool | str = False, workers: int = 1) -> dict[str, list[float]]:
+                 last: int = 5, progress: bool | str = False, workers: int = 1,
+                 background: bool = False) -> dict[str, list[float]] | Later:
     """Train every configs[name](seed) for each seed (weights and batches from that seed) and
     return, per name, the mean loss of the `last` steps of each run: {name: [one per seed]}.
     progress=True shows one bar that counts the runs, labelled with the task, and the step and
     loss of each run going on; workers > 1 trains that many at once (training.run_each: the
-    same losses)."""
+    same losses). background=True returns at once, the runs going on in one other process:
+    `.results()` gives the dict (training.start_each)."""
     require_items("seeds", seeds)
+    require_choice("task", task, TASKS)  # here, before any run starts (in the background too)
+    require_count("n_sequences", n_sequences)
+    require_count("length", length)
+    require_number("lr", lr, positive=True)
     require_count("last", last)
     if last > require_count("steps", steps):
         raise ValueError(f"last={last} must be at most steps={steps}")
     runs = [(name, make(seed), seed) for name, make in configs.items() for seed in seeds]
     job = functools.partial(_final_loss, task=task, steps=steps, n_sequences=n_sequences,
                             length=length, lr=lr, last=last)
-    losses: dict[str, list[float]] = {name: [] for name in configs}
     names = [f"{name}, seed {seed}" for name, _, seed in runs]
     label = task if progress is True else progress
-    for (name, _, _), loss in zip(runs, run_each(job, runs, workers, label, names)):
-        losses[name].append(loss)
-    return losses
+
+    def by_name(run_losses: list[float]) -> dict[str, list[float]]:
+        losses: dict[str, list[float]] = {name: [] for name in configs}
+        for (name, _, _), loss in zip(runs, run_losses):
+            losses[name].append(loss)
+        return losses
+
+    if require_bool("background", background):
+        return start_each(job, runs, label, names, finish=by_name)
+    return by_name(run_each(job, runs, workers, label, names))
 
 
 def _final_loss(run: tuple[str, ModelConfig, int], task: str, steps: int, n_sequences: int,

@@ -4,11 +4,15 @@ every run)."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
 from course_lib import training
-from course_lib.training import Progress, run_each, train
+from course_lib.training import Progress, run_each, start_each, train
 
 
 def _problem(seed: int):
@@ -160,6 +164,64 @@ def test_run_each_in_two_processes_gives_the_runs_in_order_with_the_same_results
     seeds = [3, 1, 4, 1, 5]
     assert run_each(_seeded_loss, seeds, workers=2) == run_each(_seeded_loss, seeds) == [
         _seeded_loss(s) for s in seeds]
+
+
+def _pid_after(path: str) -> int:
+    """Wait until `path` exists (another process makes it), then return this process's id; -1 if
+    it never comes (a start_each that waited for its runs would otherwise hang the test)."""
+    give_up = time.monotonic() + 60
+    while not Path(path).exists():
+        if time.monotonic() > give_up:
+            return -1
+        time.sleep(0.001)
+    return os.getpid()
+
+
+def _fails(seed: int) -> float:
+    raise ValueError(f"run {seed} failed")
+
+
+def test_start_each_returns_before_its_runs_end_and_gives_run_eachs_results(tmp_path):
+    """The runs cannot end before this test makes the file they wait for: start_each returned
+    while they were running. Then .results() gives the runs in order, the numbers run_each gives."""
+    go = str(tmp_path / "go")
+    waiting = start_each(_pid_after, [go, go])
+    seeded = start_each(_seeded_loss, [3, 1, 4], finish=lambda losses: losses[::-1])  # queued behind
+    assert not any(future.done() for future in waiting.futures)
+    Path(go).touch()
+    pids = waiting.results()
+    assert seeded.results() == run_each(_seeded_loss, [4, 1, 3])  # finish got them in order
+    # one other process for every call, kept: the second core, not one process per run
+    assert len(set(pids)) == 1 and pids[0] not in (-1, os.getpid())
+    assert start_each(_pid_after, [go]).results() == pids[:1]
+
+
+def test_start_each_shows_a_bar_of_the_runs_at_results(bars):
+    later = start_each(_seeded_loss, [3, 1], progress="toy runs", names=["a", "b"])
+    assert not bars  # nothing shows while the runs go on in the background
+    assert later.results() == run_each(_seeded_loss, [3, 1])
+    (bar,) = bars
+    assert (bar.label, bar.total, bar.unit) == ("toy runs", 2, "runs")
+    assert bar.shown[-1] == (2, "2 of 2 runs done")
+
+
+def test_a_failed_background_run_raises_at_results_and_the_next_start_still_runs():
+    later = start_each(_fails, [7])
+    with pytest.raises(ValueError, match="run 7 failed"):
+        later.results()
+    assert start_each(_seeded_loss, [2]).results() == [_seeded_loss(2)]
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"job": 3}, TypeError, "job must be a function of one item, got int"),
+    ({"items": "123"}, TypeError, "items must be a list of the runs' inputs"),
+    ({"names": ["a"]}, ValueError, "names must give one name per item: 1 names for 2 items"),
+    ({"progress": 1}, TypeError, "progress must be True, False or the task's name"),
+    ({"finish": "sum"}, TypeError, "finish must be a function of the list of results, got str"),
+])
+def test_start_each_refuses_bad_input_before_starting_anything(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        start_each(**({"job": _seeded_loss, "items": [1, 2]} | kwargs))
 
 
 class ShownBar:

@@ -351,6 +351,37 @@ def test_final_losses_are_the_training_runs_last_losses():
         final_losses("sort", make, [0], steps=4, n_sequences=4, length=5, lr=1e-2)
 
 
+def test_runs_started_in_the_background_are_the_same_runs():
+    """What lesson 09 starts before section 1 and collects later: the same numbers, grouped the
+    same way, as training them where they are used (with one thread, as the lesson and the
+    background process train); a bad recipe is refused at the start."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _same_runs_in_the_background()
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError, match="task must be one of"):
+        final_losses("copy", {"a": lambda s: config(vocab_size=11, seed=s)}, [0], steps=4, n_sequences=4, length=5,
+                     lr=1e-2, background=True)
+    with pytest.raises(TypeError, match="background must be"):
+        train_seeds("reverse", config(vocab_size=11), [0], 1, 4, 4, 1e-2, background="yes")
+
+
+def _same_runs_in_the_background() -> None:
+    make = {"a": lambda s: config(vocab_size=11, seed=s), "b": lambda s: config(vocab_size=11, seed=s, norm="pre")}
+    later = final_losses("sort", make, [0, 2], steps=4, n_sequences=4, length=5, lr=1e-2, last=2, background=True)
+    seeds = train_seeds("reverse", config(vocab_size=11), [1, 0], steps=3, n_sequences=4, length=4, lr=1e-2,
+                        gpt=True, background=True)
+    assert later.results() == final_losses("sort", make, [0, 2], steps=4, n_sequences=4, length=5, lr=1e-2, last=2)
+    here = train_seeds("reverse", config(vocab_size=11), [1, 0], steps=3, n_sequences=4, length=4, lr=1e-2, gpt=True)
+    for ran, expected in zip(seeds.results(), here):
+        assert ran.losses == expected.losses and ran.accuracy == expected.accuracy
+        assert ran.model.config == expected.model.config
+        for a, b in zip(ran.model.parameters(), expected.model.parameters()):
+            assert torch.equal(a, b)
+
+
 def test_tasks_against_python():
     gen = torch.Generator().manual_seed(3)
     for task, fn in (("reverse", lambda r: r[::-1]), ("sort", sorted)):
