@@ -493,8 +493,11 @@ def random_layer_features(n_relations: int, d_ff: int, generator: torch.Generato
     d_model = embed.shape[1]
     first = embed @ w_in[:d_model] + b_in  # (n, d_ff): r1's part, the bias included
     second = embed @ w_in[d_model:]  # (n, d_ff): r2's part
-    hidden = torch.relu(first[:, None] + second[None]).reshape(-1, d_ff)  # (n^2, d_ff)
-    return torch.cat([hidden, torch.ones(len(hidden), 1)], dim=1)
+    # written straight into the (n^2, d_ff + 1) result: at d_ff = 768 a concatenation would copy
+    # 38 MB once more
+    features = torch.ones(n_relations, n_relations, d_ff + 1)
+    torch.add(first[:, None], second[None], out=features[..., :d_ff]).relu_()
+    return features.view(-1, d_ff + 1)
 
 
 def symmetric_gram(x: Tensor, blocks: int = 4) -> Tensor:

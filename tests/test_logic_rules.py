@@ -183,7 +183,7 @@ def test_xor_residue_is_zero_for_a_fixed_mix_and_matches_a_direct_computation():
 # ---------------------------------------------------------------- trained models
 
 def test_attention_plus_mlp_learns_every_training_sentence_and_no_new_person():
-    model = train_rule_model(d_ff=96, n_heads=4)  # lesson 07's recipe
+    model = train_rule_model(d_ff=96, n_heads=4, steps=80)  # lesson 07's recipe
     with torch.no_grad():
         model(encode(["John", "father", "sister", "Mary"])[None])
     assert model.last_weights.shape == (1, 4, 4, 4)  # (B, H, T, S): four heads
@@ -192,6 +192,15 @@ def test_attention_plus_mlp_learns_every_training_sentence_and_no_new_person():
     new = slot_accuracy(model, TRAIN_RULES, NEW_PEOPLE)
     assert float(new[1]) > 0.95 and float(new[0]) < 0.05 and float(new[2]) < 0.05
     assert float(slot_accuracy(model, HELD_RULES, TRAIN_PEOPLE)[1]) < 0.7
+
+
+def test_a_fixed_mix_with_an_mlp_learns_the_xor_in_lesson_07s_steps():
+    # lesson 07's recipe: the friend/enemy table only, rows of 48, 128 sentences a step at 0.012
+    model = train_rule_model(FRIEND_RULES, d_model=48, d_ff=96, content=False, steps=80, lr=0.012,
+                             batch=128)
+    assert float(model.attention.query.weight.abs().max()) == 0  # still a fixed mix
+    assert float(slot_lead(model, FRIEND_RULES, TRAIN_PEOPLE)[1]) > 0  # every sentence right
+    assert float(xor_residue(model, TRAIN_PEOPLE).min()) > 1  # not a sum F(r1) + G(r2)
 
 
 def test_a_fixed_mix_keeps_its_zero_query_and_key_and_gets_at_most_three_xor_rules():
@@ -346,6 +355,10 @@ def test_capacity_curve_counts_are_in_range_and_grow_with_width():
     assert bool((right[1:] > right[:-1]).all()) and bool((right < table).all())
     assert torch.equal(counts, capacity_curve([8, 32, 128], n_relations=30))  # seeded
     assert capacity_curve([32], n_relations=30, seed=1).tolist() != counts[1:2].tolist()
+    # each width's count is rules_right's on the seed's one table: lesson 07 reuses its d_ff = 192
+    # counts instead of counting that table again
+    curve = capacity_curve([16, 8, 32], n_relations=30, seed=1).tolist()
+    assert curve == [list(rules_right(d, 30, seed=1)) for d in (16, 8, 32)]
 
 
 def test_trained_rules_right_trains_each_seed_and_width_as_it_would_alone():
