@@ -352,16 +352,23 @@ def _run_in_processes(job: Callable[[Item], Result], items: list[Item], workers:
                              initargs=(steps,)) as pool:
         futures = [pool.submit(_run_reporting, job, index, item)
                    for index, item in enumerate(items)]
-        index_of: dict[Future, int] = {future: i for i, future in enumerate(futures)}
-        pending = set(futures)
-        while pending:
-            ended, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+        return _results_as_they_end(futures, board, steps)
+
+
+def _results_as_they_end(futures: list[Future], board: _RunBoard | None,
+                         steps: multiprocessing.SimpleQueue | None = None) -> list:
+    """Every future's result, in order, once all are done; a run that fails raises at once. The
+    board (if any) counts each run as it ends and shows the steps that arrive on `steps`."""
+    index_of: dict[Future, int] = {future: i for i, future in enumerate(futures)}
+    pending = set(futures)
+    while pending:
+        ended, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+        if board is not None and steps is not None:
+            _show_reports(steps, board)
+        for future in ended:
+            future.result()  # a run that failed raises here, at once
             if board is not None:
-                _show_reports(steps, board)
-            for future in ended:
-                future.result()  # a run that failed raises here, at once
-                if board is not None:
-                    board.finish(index_of[future])
+                board.finish(index_of[future])
     return [future.result() for future in futures]
 
 
@@ -382,14 +389,7 @@ class Later:
         if self.run_here is not None:  # no fork here: the runs go now, one after another
             return self.finish(self.run_here())
         board = _RunBoard(self.label, self.names) if self.label and self.futures else None
-        pending = set(self.futures)
-        while pending:
-            ended, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-            for future in ended:
-                future.result()  # a run that failed raises here, at once
-                if board is not None:
-                    board.finish(self.futures.index(future))
-        return self.finish([future.result() for future in self.futures])
+        return self.finish(_results_as_they_end(self.futures, board))
 
 
 def start_each(job: Callable[[Item], Result], items: Sequence[Item], progress: bool | str = False,
