@@ -126,8 +126,14 @@ def generate_student_versions(course: Path, sets: list[str]) -> bool:
     if (course / "gradebook.db").exists() and stamp.exists() and stamp.read_text() == digest \
             and all((course / "exercises" / s / exercise_notebook(s)).exists() for s in sets):
         return False
-    for name in sets:
-        nbgrader(course, "generate_assignment", name)
+    # One nbgrader run for every set: each run costs some seconds of start-up (nbgrader_config.py
+    # imports torch), ten times over. nbgrader reads the id as a glob over solutions/, and "*",
+    # like exercise_sets, skips hidden folders.
+    nbgrader(course, "generate_assignment", "*")
+    missing = [name for name in sets if not (course / "exercises" / name / exercise_notebook(name)).exists()]
+    if missing:
+        sys.exit(f"ERROR: nbgrader wrote no student version of {', '.join(missing)}: is "
+                 f"{', '.join(f'solutions/{name}/{exercise_notebook(name)}' for name in missing)} there?")
     stamp.parent.mkdir(exist_ok=True)
     stamp.write_text(digest)
     return True
@@ -405,8 +411,7 @@ def sandbox_environment(course: Path, limits: Limits) -> dict[str, str]:
 
 @dataclass
 class Batch:
-    """Some submissions of one set, graded by one nbgrader run with a gradebook of its own."""
-    set_name: str
+    """Some submissions, of any sets, graded by one nbgrader run with a gradebook of its own."""
     subs: list[Submission]
     folder: Path
 
@@ -416,17 +421,17 @@ class Batch:
 
 
 def make_batches(course: Path, subs: list[Submission], jobs: int) -> list[Batch]:
-    """Split each set's staged submissions into `jobs` batches, each in a folder of its own."""
+    """Deal the staged submissions, by set then student, into `jobs` batches, each in a folder of its
+    own. Not a batch per set: each nbgrader run costs some seconds of start-up, for one submission or fifty."""
+    ordered = sorted(subs, key=lambda sub: (sub.set_name, sub.student))
     batches = []
-    for set_name in sorted({s.set_name for s in subs}):
-        of_set = [s for s in subs if s.set_name == set_name]
-        for k in range(min(jobs, len(of_set))):
-            batch = Batch(set_name, of_set[k::jobs], course / STAGING / "batches" / f"{set_name}-{k}")
-            for sub in batch.subs:
-                staged = course / STAGING / "submitted" / sub.student / set_name
-                shutil.copytree(staged, batch.folder / "submitted" / sub.student / set_name)
-            shutil.copy(course / "gradebook.db", batch.gradebook)
-            batches.append(batch)
+    for k in range(min(jobs, len(ordered))):
+        batch = Batch(ordered[k::jobs], course / STAGING / "batches" / str(k))
+        for sub in batch.subs:
+            staged = course / STAGING / "submitted" / sub.student / sub.set_name
+            shutil.copytree(staged, batch.folder / "submitted" / sub.student / sub.set_name)
+        shutil.copy(course / "gradebook.db", batch.gradebook)
+        batches.append(batch)
     return batches
 
 
@@ -454,16 +459,17 @@ def grade_batch(course: Path, batch: Batch, env: dict[str, str]) -> None:
 
 def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[str]) -> None:
     start = time.perf_counter()
-    nbgrader(course, "autograde", batch.set_name, *extra, check=False, env=env)
+    # nbgrader reads the set's id as a glob over the batch's submitted/<student>/ folders.
+    nbgrader(course, "autograde", "*", *extra, check=False, env=env)
     for sub in batch.subs:
         if not autograded(batch, sub).exists():
-            again = nbgrader(course, "autograde", batch.set_name, *extra, "--student", sub.student,
+            again = nbgrader(course, "autograde", sub.set_name, *extra, "--student", sub.student,
                              check=False, env=env)
             if not autograded(batch, sub).exists():
                 sub.status = "flagged"
                 sub.notes.append(why_it_failed(again.stdout + again.stderr, cgroup_limits_hit(sub)))
                 write_flag_feedback(course, sub)
-    nbgrader(course, "generate_feedback", batch.set_name, *extra, check=False, env=env)
+    nbgrader(course, "generate_feedback", "*", *extra, check=False, env=env)
     for sub in batch.subs:
         sub.seconds = (time.perf_counter() - start) / len(batch.subs)
         if sub.status == "flagged":
@@ -474,14 +480,14 @@ def _grade_batch(course: Path, batch: Batch, env: dict[str, str], extra: list[st
             if not any(note.startswith(f"limit hit ({kind})") for note in sub.notes):
                 sub.notes.append(f"limit hit ({kind}): {CGROUP_LIMITS[kind]}")
         for kind in ("autograded", "feedback"):
-            done = batch.folder / kind / sub.student / batch.set_name
+            done = batch.folder / kind / sub.student / sub.set_name
             if done.exists():
                 (course / kind / sub.student).mkdir(parents=True, exist_ok=True)
-                shutil.move(done, course / kind / sub.student / batch.set_name)
+                shutil.move(done, course / kind / sub.student / sub.set_name)
 
 
 def autograded(batch: Batch, sub: Submission) -> Path:
-    return batch.folder / "autograded" / sub.student / batch.set_name / exercise_notebook(batch.set_name)
+    return batch.folder / "autograded" / sub.student / sub.set_name / exercise_notebook(sub.set_name)
 
 
 def limits_hit(path: Path) -> list[str]:
@@ -513,23 +519,23 @@ def record_grades(course: Path, batch: Batch) -> None:
             Gradebook(f"sqlite:///{batch.gradebook}") as graded:
         for sub in batch.subs:
             try:
-                done = graded.find_submission(batch.set_name, sub.student)
+                done = graded.find_submission(sub.set_name, sub.student)
             except MissingEntry:
                 continue
             main.update_or_create_student(sub.student)
             with contextlib.suppress(MissingEntry):
-                main.remove_submission(batch.set_name, sub.student)  # an earlier run's
+                main.remove_submission(sub.set_name, sub.student)  # an earlier run's
             # add_submission builds the submission's rows, and reading the set's notebooks meanwhile
             # would flush them half-built (SQLAlchemy's "not in session" warnings): it flushes once, at its commit.
             with main.db.no_autoflush:
-                main.add_submission(batch.set_name, sub.student, timestamp=done.timestamp)
+                main.add_submission(sub.set_name, sub.student, timestamp=done.timestamp)
             for notebook in done.notebooks:
                 for grade in notebook.grades:
-                    row = main.find_grade(grade.name, notebook.name, batch.set_name, sub.student)
+                    row = main.find_grade(grade.name, notebook.name, sub.set_name, sub.student)
                     row.auto_score, row.manual_score = grade.auto_score, grade.manual_score
                     row.extra_credit, row.needs_manual_grade = grade.extra_credit, grade.needs_manual_grade
                 for comment in notebook.comments:
-                    row = main.find_comment(comment.name, notebook.name, batch.set_name, sub.student)
+                    row = main.find_comment(comment.name, notebook.name, sub.set_name, sub.student)
                     row.auto_comment, row.manual_comment = comment.auto_comment, comment.manual_comment
             main.db.commit()
 
