@@ -1,4 +1,4 @@
-# Transformer Roots. `make lab` opens the course; `make test` runs every test.
+# Transformer Roots. `make lab` opens the course; `make test` runs the tests (`make test-all` the rest).
 # Both create .venv and install everything on first use (shared setup: the `setup` target).
 
 # The Pythons tried for .venv, in order: the first that this course supports (pyproject.toml's
@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab instructor-lab test grade bench stability notebooks exercises system release clean hub hub-proxy
+.PHONY: setup lab instructor-lab test test-all grade bench stability notebooks exercises system release clean hub hub-proxy
 
 # The Python chosen is named in one line. A venv that failed half-way is removed: left with no pip,
 # the next run would only say "No module named pip". torch comes first and alone, from TORCH_INDEX
@@ -80,18 +80,26 @@ system:
 	@bash scripts/ensure_system_packages.sh
 
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg -q
+# Two workers, each taking a whole file at a time: a module's fixtures are made once, and a notebook's
+# cells run in order in one kernel (tests/conftest.py puts the longest files first).
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
 
-# The notebooks run with this CPU's fastest kernels, then with torch's portable ones
-# (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets), and the lessons once more on MKL's
+# make test: every course_lib test, grading end to end in the sandbox, the LMS import, the browser
+# test, and nbval over every lesson and solution (every claim raises if false), on this CPU's own
+# kernels. A student copy (`make release`) has no tests/ or solutions/: there it checks the lessons.
+test: setup system
+	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
+
+# make test-all, after make test (CI runs both): the tests marked slow, among them the class on one
+# hub with its latency bound (alone on the machine, so one worker); the notebooks again with torch's
+# portable kernels (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets) and the lessons on MKL's
 # AVX2 path (the BLAS picks its path per processor whatever torch is told; an AMD CPU likely gets
-# that one): their outputs must agree. Then every claim must hold for 5 seed shifts under each
-# CPU kernel and BLAS path (make stability).
-# A student copy (`make release`) has no tests/ or solutions/: there it checks the lessons.
-# The hub test (tests/test_hub.py) needs the hub's proxy; a student copy has neither.
-test: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
-	$(BIN)/python -m pytest $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
-	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest notebooks $(wildcard solutions) $(NBVAL)
-	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest notebooks $(NBVAL)
+# that one): their outputs must agree; then every claim for 5 seed shifts under each CPU kernel and
+# BLAS path (make stability).
+test-all: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
+	$(if $(wildcard tests),$(BIN)/python -m pytest -m slow tests -q)
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(PARALLEL) notebooks $(wildcard solutions) $(NBVAL)
+	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest $(PARALLEL) notebooks $(NBVAL)
 	$(if $(wildcard tests/test_claim_stability.py),$(BIN)/python scripts/claim_stability.py)
 
 # SUBMISSIONS: a folder of <student>/<set>/, or a zip downloaded from Canvas or Moodle, with

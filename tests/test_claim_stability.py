@@ -1,13 +1,17 @@
 """scripts/claim_stability.py: it shifts every seed, records a false claim instead of stopping,
-and reports the flip and the margin (the whole course's run is `make stability`, in `make test`)."""
+and reports the flip and the margin (the whole course's run is `make stability`, in `make test-all`,
+which runs these tests just before it)."""
 
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
 import claim_stability  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 CELLS = [
     "import torch\nfrom course_lib.claims import at_least, claim, demonstrate",

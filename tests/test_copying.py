@@ -695,6 +695,7 @@ def trained_inductors():
             for seed, (two, rotary, control) in runs.items()}
 
 
+@pytest.mark.slow
 def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained_inductors):
     """Section 5 trains seed 0; its claims, with its bounds, hold for seeds 0 .. 4."""
     measured = {seed: m for seed, (m, *_) in trained_inductors.items()}
@@ -750,6 +751,7 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
     assert f"{ranges['knocked out, best accuracy'][1]:.1%}" == "5.3%", ranges  # "at most 5.3%"
 
 
+@pytest.mark.slow
 def test_rotary_positions_handle_every_start_but_not_longer_distances_for_every_seed(trained_inductors):
     """The end of section 5: the same training with rotary positions in place of the learned
     table. Its claims, with their bounds, for seeds 0 .. 4, and the ranges the text states."""
@@ -993,6 +995,7 @@ def one_layer_controls(trained_inductors):
             for seed, (_, _, control, _) in trained_inductors.items()}
 
 
+@pytest.mark.slow
 def test_runs_on_two_cores_are_the_runs_on_one(trained_inductors):
     """The lesson trains its three runs two at a time (workers=2, forked): the same losses and scores."""
     rep_ids, rep_targets = _probe()
@@ -1007,6 +1010,7 @@ def test_runs_on_two_cores_are_the_runs_on_one(trained_inductors):
     assert sorted(forked[0].track) == list(range(0, 301, 10))
 
 
+@pytest.mark.slow
 def test_one_layer_control_learns_no_induction_for_every_seed(one_layer_controls, trained_inductors):
     """Trained as the two-layer model, one layer learns no induction (Olsson et al.'s control);
     its own tracked run never prefix-matches at any checkpoint."""

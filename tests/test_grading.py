@@ -102,14 +102,9 @@ def course(tmp_path_factory) -> Path:
                    exercise_notebook(SET01)),
         "escaper": ({"softmax_rows": ESCAPER.format(course=course, root=ROOT)}, (), exercise_notebook(SET01)),
         "patcher": ({"softmax_rows": PATCHER, "row_entropy": WRONG_ENTROPY}, (), exercise_notebook(SET01)),
-        # Reaching out of the sandbox, and running into each of its limits.
+        # Reaching out of the sandbox (its limits: `limited_course`).
         "searcher": ({"softmax_rows": SEARCHER}, (), exercise_notebook(SET01)),
         "caller": ({"softmax_rows": CALLER.format(port=listener.getsockname()[1])}, (), exercise_notebook(SET01)),
-        "hog": ({"softmax_rows": HOG}, (), exercise_notebook(SET01)),
-        "forker": ({"softmax_rows": FORKER}, (), exercise_notebook(SET01)),
-        "filler": ({"softmax_rows": FILLER}, (), exercise_notebook(SET01)),
-        "shouter": ({"softmax_rows": SHOUTER}, (), exercise_notebook(SET01)),
-        "sleeper": ({name: SLEEPER for name in exercise_names(SET01)}, (), exercise_notebook(SET01)),
         "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), exercise_notebook(SET01)),
         **{student: (answers, (), exercise_notebook(SET01)) for student, (answers, _) in CHEATS.items()},
     }
@@ -147,10 +142,28 @@ def course(tmp_path_factory) -> Path:
     (course / "grades.csv").write_text("assignment,student_id,score\n01_attention_scores,ghost,7\n")
     (course / "feedback" / "ghost" / SET01).mkdir(parents=True)
     (course / "feedback" / "ghost" / SET01 / feedback_page(SET01)).write_text("stale")
-    # The whole-notebook time limit is lowered so that the sleeper reaches it in a minute.
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course),
-                          "--seconds", str(SECONDS)], check=True, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)],
+                         check=True, capture_output=True, text=True)
     listener.close()
+    (course / "grade-output.txt").write_text(run.stdout)
+    return course
+
+
+@pytest.fixture(scope="module")
+def limited_course(tmp_path_factory) -> Path:
+    """Set 01 graded with a submission that runs into each limit of the sandbox, beside a right one.
+    Its own course, since it takes minutes of waiting (make test-all runs it)."""
+    course = tmp_path_factory.mktemp("limits")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / SET01, course / "solutions" / SET01)
+    grade = [sys.executable, str(ROOT / "scripts" / "grade.py"), "--course", str(course)]
+    subprocess.run([*grade, "--exercises-only"], check=True, capture_output=True)
+    for student, answers in {"correct": {}, **LIMITED}.items():
+        folder = course / "submitted" / student / SET01
+        folder.mkdir(parents=True)
+        nbformat.write(submission(course, SET01, answers), folder / exercise_notebook(SET01))
+    # The whole-notebook time limit is lowered so that the sleeper reaches it in 40 s.
+    run = subprocess.run([*grade, "--seconds", str(SECONDS)], check=True, capture_output=True, text=True)
     (course / "grade-output.txt").write_text(run.stdout)
     return course
 
@@ -473,8 +486,10 @@ FILLER = """with open("/tmp/fill", "wb") as _f:
 SHOUTER = """for _ in range(200):
     print("x" * 2**20)  # 200 MB
 """ + HONEST_SOFTMAX
-SECONDS = 60  # the whole-notebook time limit of this test's grading run
-SLEEPER = "import time\ntime.sleep(19)"  # under the 20 s per cell, but 4 of them pass SECONDS
+SECONDS = 40  # the whole-notebook time limit of the limits run (its right notebook takes some 3 s)
+SLEEPER = "import time\ntime.sleep(11)"  # under the 20 s per cell, but 4 of them pass SECONDS
+LIMITED = {"hog": {"softmax_rows": HOG}, "forker": {"softmax_rows": FORKER}, "filler": {"softmax_rows": FILLER},
+           "shouter": {"softmax_rows": SHOUTER}, "sleeper": {name: SLEEPER for name in exercise_names(SET01)}}
 
 
 def csv_rows(course: Path) -> dict[tuple[str, str], dict[str, str]]:
@@ -608,7 +623,7 @@ def test_printed_table_counts_graded_flagged_and_missing(course):
     graded = sum(r["status"] == "graded" for r in csv_rows(course).values())
     missing = sum(r["status"] == "not submitted" for r in csv_rows(course).values())
     flagged = sum(r["status"] == "flagged" for r in csv_rows(course).values())
-    assert flagged == 10  # truncated, exits, the five that hit a limit, set 09's solution notebook, lesson, twofiles
+    assert flagged == 5  # truncated, exits, set 09's solution notebook, lesson, twofiles
     assert f"{graded} graded" in out and f"{flagged} flagged" in out and f"{missing} not submitted" in out
     assert "s per submission" in out
 
@@ -639,9 +654,13 @@ def test_the_sandbox_has_no_network_and_no_host_sockets(course):
     assert scores(course, SET01, "caller") == points(course, SET01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("student, limit", [("hog", "memory"), ("forker", "processes"), ("filler", "disk"),
                                             ("shouter", "output cut"), ("sleeper", "the whole notebook may run")])
-def test_a_submission_that_hits_a_limit_is_flagged_with_that_limit(course, student, limit):
+def test_a_submission_that_hits_a_limit_is_flagged_with_that_limit(limited_course, student, limit):
+    course = limited_course
+    assert csv_rows(course)[("correct", SET01)]["status"] == "graded"
+    assert scores(course, SET01, "correct") == points(course, SET01)
     row = csv_rows(course)[(student, SET01)]
     assert row["status"] == "flagged" and "limit hit" in row["notes"] and limit in row["notes"], row
     html = (course / "feedback" / student / SET01 / feedback_page(SET01)).read_text()
@@ -772,6 +791,7 @@ def test_release_is_the_course_without_answers(tmp_path):
     assert refused.returncode != 0 and "is not empty" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_python_environment_outside_the_course_grades_correctly(tmp_path):
     """Set up as a conda user's would be: its own python (a copy, not a link to the system's) in a
     folder under the home folder, with its own scripts. The sandbox hides the disk by default; it

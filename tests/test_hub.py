@@ -47,6 +47,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import hub  # noqa: E402
 from lab_driver import free_port  # noqa: E402
 
+# A class on one hub takes minutes and its latency bound needs the cores to itself: make test-all runs it, alone.
+pytestmark = pytest.mark.slow
+
 ARTIFACTS = ROOT / "test-artifacts" / "hub"
 SET01 = "01_attention_scores"
 INSTRUCTOR = "trhub-prof"

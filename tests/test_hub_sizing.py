@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import hub_sizing  # noqa: E402
 
+# A student simulated through the hub, and the culler's wait: make test-all runs them, after make test.
+pytestmark = pytest.mark.slow
+
 IDLE_SECONDS = 20
 
 

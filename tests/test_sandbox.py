@@ -293,6 +293,7 @@ def grade_one(tmp_path: Path, python: Path, softmax_rows: str | None = None) -> 
                           capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_a_course_library_from_another_checkout_is_not_what_the_kernel_imports(tmp_path):
     """The environment imports course_lib from a checkout the sandbox does not show: the kernel
     imports the graded course's own, the one the judge uses, and the correct answers get full marks."""
@@ -305,6 +306,7 @@ def test_a_course_library_from_another_checkout_is_not_what_the_kernel_imports(t
     assert row["status"] == "graded" and float(row["score"]) == sum(points(tmp_path / "course", SET01).values()), row
 
 
+@pytest.mark.slow
 def test_a_copy_of_the_course_installed_into_the_environment_is_shown_empty(tmp_path):
     """`pip install .` would put the whole course library (and grading/) into site-packages, a
     folder the sandbox shows: the kernel sees those folders empty and imports the sealed library."""
@@ -326,6 +328,7 @@ def test_a_copy_of_the_course_installed_into_the_environment_is_shown_empty(tmp_
     assert scores(course, SET01, "alice") == points(course, SET01)
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_cannot_import_what_the_grader_needs_stops_the_run(tmp_path):
     """The environment finds its packages through a folder that is not named site-packages (a
     link), so the sandbox does not show it: every graded cell's hand_in import would fail in every kernel."""

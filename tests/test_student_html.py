@@ -334,6 +334,7 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
     assert ran == [], f"a handed-in file ran script: {ran}"
 
 
+@pytest.mark.slow  # JupyterLab in Chromium, three times: make test-all
 @pytest.mark.parametrize("kind", ["autograded", "submitted"])
 def test_jupyterlab_opens_the_autograded_and_the_submitted_notebook_without_running_student_script(
         graded, browser, instructor_server, kind):
@@ -345,6 +346,7 @@ def test_jupyterlab_opens_the_autograded_and_the_submitted_notebook_without_runn
     assert ran == [], f"payloads ran in JupyterLab's {kind} notebook: {ran}"
 
 
+@pytest.mark.slow
 def test_jupyterlab_would_run_them_in_a_notebook_the_instructor_trusts(graded, browser, instructor_server):
     """The control for JupyterLab: the submission signed as trusted by the instructor's server (what
     `jupyter trust` or "Trust Notebook" does). Never done by grading; shown so the test above can fail."""
