@@ -90,14 +90,16 @@ PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
 test: setup system
 	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(wildcard tests) notebooks $(wildcard solutions) $(NBVAL)
 
-# make test-all, after make test (CI runs both): the tests marked slow, among them the class on one
-# hub with its latency bound (alone on the machine, so one worker); the notebooks again with torch's
+# make test-all, after make test (CI runs both): the tests marked slow on two workers, then the hub's
+# (a class with its latency bound, the hub's sizing), alone on the machine; the notebooks again with torch's
 # portable kernels (ATEN_CPU_CAPABILITY=default, what a CPU without AVX2 gets) and the lessons on MKL's
 # AVX2 path (the BLAS picks its path per processor whatever torch is told; an AMD CPU likely gets
 # that one): their outputs must agree; then every claim for 5 seed shifts under each CPU kernel and
 # BLAS path (make stability).
+HUB_TESTS := tests/test_hub.py tests/test_hub_sizing.py
 test-all: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
-	$(if $(wildcard tests),$(BIN)/python -m pytest -m slow tests -q)
+	$(if $(wildcard tests),$(BIN)/python -m pytest $(PARALLEL) -m slow tests -q $(HUB_TESTS:%=--ignore=%))
+	$(if $(wildcard tests),$(BIN)/python -m pytest -m slow $(HUB_TESTS) -q)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(PARALLEL) notebooks $(wildcard solutions) $(NBVAL)
 	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest $(PARALLEL) notebooks $(NBVAL)
 	$(if $(wildcard tests/test_claim_stability.py),$(BIN)/python scripts/claim_stability.py)
