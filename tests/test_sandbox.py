@@ -242,9 +242,12 @@ def test_every_output_channel_counts_against_the_output_limit(course, student):
 
 
 def test_memory_is_limited_for_the_whole_submission(course):
-    codes = re.search(r"TRIO \[(.*)\]", printed(course, "b_trio", "softmax_rows")).group(1)
-    survivors = [c for c in codes.split(", ") if c == "0"]
-    assert len(survivors) <= 1, f"exit codes of the three: {codes}"  # two of 1.8 GB exceed 3 GiB
+    found = re.search(r"TRIO \[(.*)\]", printed(course, "b_trio", "softmax_rows"))
+    # On a busy machine the group's limit may stop the kernel itself before it prints: then the
+    # flag below is the evidence; when it printed, at most one of the three lived.
+    if found is not None:
+        survivors = [c for c in found.group(1).split(", ") if c == "0"]
+        assert len(survivors) <= 1, f"exit codes of the three: {found.group(1)}"  # two of 1.8 GB exceed 3 GiB
     row = csv_rows(course)[("b_trio", SET01)]
     assert row["status"] == "flagged" and "limit hit (memory)" in row["notes"], row
 
