@@ -24,9 +24,11 @@ of earlier lessons (and torch), so the layers of the code follow the course:
     attention_graph      10  attention as a weighted graph, rollout through layers; the
                              modern Hopfield update as attention and its energy; a RASP
                              program compiled into the model's blocks
-Beneath every lesson: guards (input checks with clear errors), training (the one training
-loop, and the training of a model of token ids), claims (`claim`, the lessons' computed checks), plots (figures). Beside them: widgets/
-(live widgets, one module per lesson) and checks/ (the exercises' visible checks).
+Beneath every lesson: guards (input checks with clear errors), progress (the progress bars;
+it imports nothing else, so a lesson's first cell shows one while torch loads), training (the
+one training loop, and the training of a model of token ids), claims (`claim`, the lessons'
+computed checks), plots (figures). Beside them: widgets/ (live widgets, one module per
+lesson) and checks/ (the exercises' visible checks).
 
 Dimension names, the same in every docstring and shape comment:
     B    batch                        T    query positions (sequence length)

@@ -18,15 +18,14 @@ import contextlib
 import functools
 import multiprocessing
 import sys
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from html import escape
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from .guards import require_choice, require_count, require_number
+from .progress import Progress
 
 OPTIMIZERS = ("adam", "sgd")
 Item, Result = TypeVar("Item"), TypeVar("Result")
@@ -205,50 +204,12 @@ class Adam:
         return (m / (1 - b1 ** t)).mul_(self.lr).div_(denominator)
 
 
-class Progress:
-    """A progress bar with a line of text beside it that says what is running.
-
-    `update(done, text)` moves the bar to `done` of `total` and replaces the text (e.g.
-    "step 80 of 160, loss 0.412"), at most ten times a second: enough to read, and each
-    redraw is a message to the browser. The notebook saves what a cell displayed when the bar
-    appeared, before the first step: the saved text (`summary`) holds the label and the
-    total only, so it is the same on every run and every CPU (nbval compares it), and the
-    steps and losses are seen live only.
-    """
-
-    def __init__(self, total: int, label: str, unit: str = "steps"):
-        import ipywidgets  # here, not at the top: importing the course library stays quick
-
-        self.total = require_count("total", total)
-        self.summary = f"{label}: {total} {unit} (a live progress bar while the cell runs)"
-        self.bar = ipywidgets.FloatProgress(value=0, min=0, max=total, description=label,
-                                            style={"description_width": "initial"})
-        self.text = ipywidgets.HTML("starting")
-        self.box = ipywidgets.HBox([self.bar, self.text])
-        self.shown_at = -1.0  # time.monotonic() of the last redraw
-
-    def update(self, done: float, text: str) -> None:
-        if done < self.total and time.monotonic() - self.shown_at < 0.1:
-            return  # the last update (done == total) always shows
-        self.shown_at = time.monotonic()
-        self.bar.value = min(done, self.total)
-        self.text.value = escape(text)
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = self.summary
-        return bundle
-
-    def __repr__(self) -> str:  # what display() prints outside a notebook
-        return self.summary
-
-
 def progress_bar(total: int, label: str = "training", unit: str = "steps") -> Progress:
     """Show a Progress bar in the notebook and return it: every slow loop of the course shows
     one, whatever it counts (training steps, runs, widths), with the task as its label."""
     from IPython.display import display
 
-    bar = Progress(total, label, unit)
+    bar = Progress(require_count("total", total), label, unit)
     display(bar)
     return bar
 

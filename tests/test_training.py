@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from course_lib import training
-from course_lib.training import Progress, run_each, start_each, train
+from course_lib.training import run_each, start_each, train
 
 
 def _problem(seed: int):
@@ -266,14 +266,6 @@ def test_run_each_in_two_processes_shows_each_runs_step_and_loss(bars):
     for name in "abc":  # each run's steps came back from its process
         assert any(f"{name}: step 20 of 20, loss" in text for text in texts), name
     assert bar.shown[-1] == (3, "3 of 3 runs done")
-
-
-def test_a_bars_saved_text_is_the_same_whatever_it_showed_live():
-    bar = Progress(160, "reverse", unit="training steps")
-    before = bar._repr_mimebundle_()["text/plain"]
-    bar.update(80, "step 80 of 160, loss 0.412")
-    assert bar._repr_mimebundle_()["text/plain"] == before == repr(bar)
-    assert before == "reverse: 160 training steps (a live progress bar while the cell runs)"
 
 
 @pytest.mark.parametrize("call,error,message", [
