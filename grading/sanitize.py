@@ -49,6 +49,10 @@ PICTURES = {"image/png", "image/jpeg", "image/gif"}
 CLEANED = {"text/html", "text/markdown", "image/svg+xml"}
 # nbgrader's grade ids, as its own CheckCellMetadata accepts them; the templates print them raw.
 GRADE_ID = re.compile(r"[A-Za-z0-9_-]+")
+# A markdown picture of a cell attachment, ![alt](attachment:name "title"), and any other use of one
+# (a reference definition, a link, an <img src>).
+ATTACHMENT_PICTURE = re.compile(r"!\[[^\]]*\]\(\s*<?attachment:([^\s)>]+)>?[^)]*\)")
+ATTACHMENT_URL = re.compile(r"attachment:([^\s)>\"'\]]+)")
 
 # A feedback file: no script at all, pictures only from inside the page, styles inline.
 FEEDBACK_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
@@ -109,11 +113,28 @@ def clean_output(output: dict) -> dict:
     return cleaned
 
 
+def missing_attachments_shown(source: str, attachments: dict) -> str:
+    """A markdown source whose uses of attachments that are not in `attachments` (removed as not a
+    picture, or never handed in) say so in a visible line: nbconvert refuses to render a cell that
+    shows a missing attachment, so one such cell would cost its author the feedback page and the
+    instructor the Manual Grading view."""
+    def placeholder(match: re.Match) -> str:
+        if match.group(1) in attachments:
+            return match.group(0)
+        name = re.sub(r"[^\w.-]", "_", match.group(1))[:80]  # the student's text, shown as a name only
+        return f"**[attachment {name} not shown: only PNG, JPEG and GIF attachments are kept]**"
+
+    source = ATTACHMENT_PICTURE.sub(placeholder, source)
+    return ATTACHMENT_URL.sub(lambda m: m.group(0) if m.group(1) in attachments else "#attachment-not-shown",
+                              source)
+
+
 class SanitizeOutputs(Preprocessor):
     """Make a notebook safe to render anywhere: every output cleaned (clean_output), widget state
     dropped, raw cells made plain text, attachments kept only when they are pictures, and nbgrader
     metadata with a grade id nbgrader would not have written (the templates print it raw) dropped.
-    Markdown sources are left as written: each renderer cleans them (SafeHTMLExporter, JupyterLab)."""
+    Markdown sources are left as written, but for their uses of attachments that are not there
+    (missing_attachments_shown): each renderer cleans them (SafeHTMLExporter, JupyterLab)."""
 
     enabled = True  # nbconvert's preprocessors are off unless told; this one must never be
 
@@ -131,6 +152,8 @@ class SanitizeOutputs(Preprocessor):
             for name, bundle in list(cell.get("attachments", {}).items()):
                 if not set(bundle) <= PICTURES:
                     del cell.attachments[name]
+            if cell.cell_type == "markdown":
+                cell.source = missing_attachments_shown(cell.source, cell.get("attachments", {}))
         return nb, resources
 
 
@@ -220,6 +243,22 @@ def _formgrader_handlers():
             in handlers.default_handlers if pattern.startswith("/formgrader/submissions/")]
 
 
+def _scriptless(handler: type) -> type:
+    """`handler` (Jupyter's /files/ or /nbconvert/ route) answering with FILES_CSP: jupyter_server's
+    own policy there is `sandbox allow-scripts`, so an HTML or SVG file a student handed in, opened
+    with "Open in New Browser Tab", or a submission exported to HTML, would run its script."""
+    return type(f"Scriptless{handler.__name__}", (handler,),
+                {"content_security_policy": property(lambda self: FILES_CSP)})
+
+
+def _handler_rules(router) -> list:
+    """Every rule of a tornado router that leads to a handler, through its nested routers."""
+    found = []
+    for rule in router.rules:
+        found += _handler_rules(rule.target) if hasattr(rule.target, "rules") else [rule]
+    return found
+
+
 def _jupyter_server_extension_points():
     return [{"module": "grading.sanitize"}]
 
@@ -230,11 +269,19 @@ def _load_jupyter_server_extension(serverapp) -> None:
 
     if not serverapp.jpserver_extensions.get("nbgrader.server_extensions.formgrader"):
         return  # a student's server: no formgrader to guard
+    from jupyter_server.base.handlers import AuthenticatedFileHandler
+    from jupyter_server.nbconvert.handlers import NbconvertFileHandler, NbconvertPostHandler
+
     web_app = serverapp.web_app
+    shows_files = (AuthenticatedFileHandler, NbconvertFileHandler, NbconvertPostHandler)
+    for rule in _handler_rules(web_app.default_router):
+        if isinstance(rule.target, type) and issubclass(rule.target, shows_files):
+            rule.target = _scriptless(rule.target)
     routes = [(url_path_join(web_app.settings["base_url"], pattern.lstrip("/")), *rest)
               for pattern, *rest in _formgrader_handlers()]
     web_app.add_handlers(".*$", routes)
     # add_handlers puts the new host rule just before the last (catch-all) one: move it first.
     rules = web_app.default_router.rules
     rules.insert(0, rules.pop(-2))
-    serverapp.log.info("grading.sanitize: the formgrader's submission pages are sanitized, with a strict CSP")
+    serverapp.log.info("grading.sanitize: the formgrader's submission pages are sanitized, with a strict CSP; "
+                       "/files/ and /nbconvert/ run no script")

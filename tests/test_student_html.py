@@ -108,7 +108,7 @@ def payloads(hit_url: str) -> dict:
         ({"image/svg+xml": SVG}, {}),
     ]
     printed, displayed = (f'<img src=x onerror="{ran(name)}">' for name in ("graded-print", "graded-html"))
-    return {"markdown": markdown, "outputs": outputs,
+    return {"markdown": markdown, "outputs": outputs, "attachment": ran("md-svg-attachment"),
             "raw": f'<img src="x" onerror="{ran("raw-html-cell")}">',
             "widget": f'<img src="x" onerror="{ran("widget-html")}">',
             "graded": (f"\nprint({printed!r})\nfrom IPython.display import HTML, display\n"
@@ -140,7 +140,13 @@ def malicious_submission(hit_url: str) -> nbformat.NotebookNode:
             f"for data, metadata in json.loads({json.dumps(json.dumps(p['outputs']))}):\n"
             f"    display(data, raw=True, metadata=metadata)\n"
             f"display(ipywidgets.HTML({p['widget']!r}))\n")
-    nb.cells += [nbformat.v4.new_markdown_cell(p["markdown"]),
+    # An SVG attachment with a script (removed by cleaning, which leaves a visible line where the
+    # markdown shows it) beside a PNG attachment that stays.
+    attached = nbformat.v4.new_markdown_cell("TR-ATTACHED ![evil](attachment:evil.svg) ![kept](attachment:kept.png)")
+    attached.attachments = {"evil.svg": {"image/svg+xml": base64.b64encode(
+        f'<svg xmlns="http://www.w3.org/2000/svg" onload="{p["attachment"]}"/>'.encode()).decode()},
+        "kept.png": {"image/png": PNG}}
+    nb.cells += [nbformat.v4.new_markdown_cell(p["markdown"]), attached,
                  nbformat.v4.new_code_cell(code, outputs=[*shown, widget_view], execution_count=9),
                  nbformat.v4.new_raw_cell(p["raw"], metadata={"raw_mimetype": "text/html"})]
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
@@ -194,8 +200,9 @@ def visit(browser, hits: Hits, url: str, ready: str, shot: str, login: str | Non
         if (link.get_attribute("href") or "").startswith("javascript:"):
             link.click()
     page.wait_for_timeout(2000)  # an <img onerror> fires as soon as "x" fails to load: well within this
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+    if shot:  # (Chromium's screenshot of a bare SVG document under a sandbox CSP never finishes)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
     ran = sorted({line.split("TR-RAN:", 1)[1] for line in console if "TR-RAN:" in line} | set(hits.names[before:]))
     return ran, page
 
@@ -204,6 +211,7 @@ def assert_gradeable(page) -> None:
     """What the instructor needs: the student's text, the table, and both pictures, loaded."""
     assert page.get_by_text("TR-TEXT").count() >= 1
     assert page.get_by_text("TR-TABLE-CELL").count() >= 1, "the table was lost"
+    assert page.get_by_text("[attachment evil.svg not shown").count() >= 1, "no line where the SVG attachment was"
     for kind in ("png", "svg+xml"):
         loaded = page.locator(f'img[src^="data:image/{kind}"]').evaluate_all(
             "imgs => imgs.filter(i => i.complete && i.naturalWidth > 0).length")
@@ -332,6 +340,50 @@ def test_the_formgraders_manual_grading_view_runs_no_student_script_and_still_gr
                       "TR-FILE", "formgrader-file.png")
     page.context.close()
     assert ran == [], f"a handed-in file ran script: {ran}"
+
+
+def test_files_handed_in_run_no_script_through_jupyterlabs_own_routes(graded, browser, instructor_server):
+    """An HTML and an SVG file handed in beside the notebook, opened as JupyterLab's "Open in New
+    Browser Tab" opens them (/files/), and the submission exported to HTML (/nbconvert/): jupyter_server
+    itself serves both with `sandbox allow-scripts`, so these payloads ran before grading.sanitize
+    took those routes over in the instructor's server."""
+    course, hits, _ = graded
+    folder = course / "submitted" / STUDENT / SET01
+    payload = "console.log('TR-RAN:{0}');new Image().src='" + hits.url + "/{0}'"
+    (folder / "notes.html").write_text(f'<p>TR-FILE</p><script>{payload.format("files-html")}</script>'
+                                       f'<img src=x onerror="{payload.format("files-html-img")}">')
+    (folder / "figure.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="200" height="40" '
+                                       f'onload="{payload.format("files-svg")}"><text y="20">TR-FILE</text></svg>')
+    pages = {"files-html": f"files/submitted/{STUDENT}/{SET01}/notes.html",
+             "files-svg": f"files/submitted/{STUDENT}/{SET01}/figure.svg",
+             "nbconvert": f"nbconvert/html/submitted/{STUDENT}/{SET01}/{exercise_notebook(SET01)}"}
+    for name, path in pages.items():
+        with urllib.request.urlopen(server_url(instructor_server[0], path)) as reply:
+            policy = reply.headers["Content-Security-Policy"]
+        assert policy.startswith("sandbox;") and "allow-scripts" not in policy, f"{path}: {policy}"
+        ran, page = visit(browser, hits, server_url(instructor_server[0], path),
+                          "TR-TEXT" if name == "nbconvert" else "TR-FILE", "" if name == "files-svg" else f"lab-{name}.png",
+                          login=server_url(instructor_server[0], "api/status"))
+        page.context.close()
+        assert ran == [], f"{path} ran a student's script: {ran}"
+
+
+def test_a_missing_attachment_becomes_a_visible_line_and_the_page_still_renders():
+    """A markdown cell showing an attachment that was never handed in: nbconvert alone refuses the
+    whole notebook ("missing attachment"); cleaned, the page renders with a line in its place."""
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import InvalidNotebook
+
+    from grading.sanitize import SafeHTMLExporter
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        'TR-TEXT ![a](attachment:never.png "title") ![b][ref] <img src="attachment:gone.svg">\n\n'
+        "[ref]: attachment:<script>.png")])
+    with pytest.raises(InvalidNotebook, match="missing attachment"):
+        HTMLExporter().from_notebook_node(nb)
+    page, _ = SafeHTMLExporter().from_notebook_node(nb)
+    assert "<strong>[attachment never.png not shown: only PNG, JPEG and GIF attachments are kept]</strong>" in page
+    assert "attachment:" not in page.split("TR-TEXT", 1)[1] and "<script>.png" not in page
 
 
 @pytest.mark.slow  # JupyterLab in Chromium, three times: make test-all
