@@ -11,6 +11,7 @@ import base64
 import copy
 import json
 import math
+import time
 
 import nbformat
 import pytest
@@ -19,8 +20,8 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 import course_lib.checks.attention_scores  # noqa: F401 (registers set 01's exercises)
 from course_lib.checks import CheckFailed
-from course_lib.checks.hand_in import (MIME, Malformed, Replay, answer, collect, decode, encode, encode_input, exercise,
-                                       hand_in, judge)
+from course_lib.checks.hand_in import (MIME, RECORDING_SECONDS, Malformed, Replay, answer, collect, decode, encode,
+                                       encode_input, exercise, hand_in, judge)
 from exercise_harness import ROOT
 from grading.answer_key import DECOYS, plan, verdict
 from grading.steps import JudgeHandIns
@@ -96,6 +97,40 @@ def test_forbidden_operators_are_refused_in_any_thread():
     with ThreadPoolExecutor(1) as pool:
         record = collect(spec, lambda x: pool.submit(getattr(torch.special, "soft" + "max"), x, -1).result(), SEED)
     assert "ready-made `softmax`" in judge(spec, record, SEED)[0]
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def test_a_loop_past_the_recording_limit_costs_that_exercise_only_and_no_more_memory():
+    """An honest bug: softmax_rows loops on torch operations (here for the limit and 3 s more,
+    then answers right). The profiler keeps about 1 kB per operator, so a loop that never ended
+    filled the kernel's 3 GiB and cost the whole notebook; the recording now stops at the limit."""
+    spec = exercise("softmax_rows")
+    grown = []
+
+    def looping(x):
+        if not grown:  # the first call only
+            start, y, after_cut = time.monotonic(), torch.zeros(4), None
+            while time.monotonic() - start < RECORDING_SECONDS + 3:
+                y = y + 1
+                # (a second after the cut: the recorded events have been read by then)
+                if after_cut is None and time.monotonic() - start > RECORDING_SECONDS + 1.5:
+                    after_cut = _resident_mb()
+            grown.append(_resident_mb() - after_cut)
+        return softmax_rows(x)
+
+    record = collect(spec, looping, SEED)
+    assert grown[0] < 30, f"the kernel grew {grown[0]:.0f} MB in the loop's last 1.5 s (bound: 30 MB)"
+    assert record["ops_cut"] is True
+    assert judge(spec, record, SEED) == [f"softmax_rows ran for more than {RECORDING_SECONDS:g} s while the grader "
+                                         "recorded which of torch's operators it used, so ready-made code cannot be "
+                                         "ruled out (a loop that never ends?)"]
+    # the next recording starts afresh: a right answer is recorded and judged as ever
+    again = collect(spec, softmax_rows, SEED)
+    assert again["ops_cut"] is False and "aten::exp" in again["ops"] and judge(spec, again, SEED) == []
 
 
 def test_a_forged_record_is_judged_on_its_numbers():

@@ -30,6 +30,7 @@ import numbers
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -40,6 +41,10 @@ from torch import Tensor
 from . import CheckFailed, _TorchCalls, earlier_answers, written_by_hand
 
 MIME = "application/vnd.transformer-roots.hand-in+json"
+# The operators an exercise's calls run are recorded for at most this long: the profiler keeps
+# about 1 kB per operator, so a loop that never ends would fill the kernel's memory in seconds and
+# cost the whole notebook. Past it the recording stops, and the exercise earns nothing.
+RECORDING_SECONDS = 1.0
 DEFAULT_SEED = 20261125  # the learner's own runs; grading draws a fresh one, outside, per notebook
 
 # torch's ready-made kernels, by the name the dispatcher gives them, whatever Python name reached them.
@@ -146,7 +151,7 @@ def answer(fn: Callable, inputs: dict) -> dict:
     namespace = inspect.unwrap(fn).__globals__
     uses = {name: Replay(name, table, fallback=namespace.get(name)) for name, table in inputs["uses"].items()}
     results, ops, names = [], set(), set()
-    recording = _operators(ops) if inputs["forbidden_ops"] else contextlib.nullcontext()
+    recording = _operators(ops) if inputs["forbidden_ops"] else _operators.off()
     # torch functions by their Python name (F.multi_head_attention_forward runs only bmm and softmax)
     with earlier_answers(fn, **uses), recording, _TorchCalls(names):
         for call in inputs["calls"]:
@@ -155,7 +160,7 @@ def answer(fn: Callable, inputs: dict) -> dict:
             result = _call(fn, Case("", lambda: None, tuple(decode_input(call, replays))))
             result["asked"] = [[i, asked] for i, replay in enumerate(replays) for asked in replay.asked][:MAX_ASKED]
             results.append(result)
-    return {"exercise": inputs["exercise"], "results": results, "ops": sorted(ops),
+    return {"exercise": inputs["exercise"], "results": results, "ops": sorted(ops), "ops_cut": recording.cut,
             "refused": sorted(names & set(inputs["forbidden_names"]))}
 
 
@@ -264,11 +269,11 @@ def collect(spec: Exercise, fn: Callable, seed: int) -> dict:
     cases = spec.cases(torch.Generator().manual_seed(seed))
     results, ops = [], set()
     # Recording costs about 20 us per operator, so an exercise with nothing to refuse skips it.
-    recording = _operators(ops) if spec.forbidden_ops else contextlib.nullcontext()
+    recording = _operators(ops) if spec.forbidden_ops else _operators.off()
     with earlier_answers(fn, **spec.uses), recording:
         for case in cases:
             results.append(_call(fn, case))
-    return {"exercise": spec.name, "results": results, "ops": sorted(ops)}
+    return {"exercise": spec.name, "results": results, "ops": sorted(ops), "ops_cut": recording.cut}
 
 
 def _tensors_in(args: object) -> list[Tensor]:
@@ -300,32 +305,56 @@ def _kinds(error: type) -> list[str]:
 
 
 class _operators:
-    """Record the aten operators that run, in every thread, with torch's profiler.
+    """Record the aten operators that run, in every thread, with torch's profiler, for at most
+    `seconds`: then a timer stops it and sets `cut` (the block itself goes on).
 
     The profiler's own engine is used directly: torch.profiler.profile would first import
     torch._inductor, seconds of work for nothing here.
     """
 
-    def __init__(self, ops: set[str]) -> None:
+    def __init__(self, ops: set[str], seconds: float = RECORDING_SECONDS) -> None:
         from torch.autograd import ProfilerConfig
         from torch._C._profiler import ProfilerActivity, ProfilerState, _ExperimentalConfig
 
-        self.ops, self.activities = ops, {ProfilerActivity.CPU}
+        self.ops, self.activities, self.seconds = ops, {ProfilerActivity.CPU}, seconds
         self.config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
                                      _ExperimentalConfig(profile_all_threads=True))
+        self.on, self.cut, self.lock = False, False, threading.Lock()
+        self.timer = threading.Timer(seconds, self._stop, kwargs={"cut": True})
+        self.timer.daemon = True
 
-    def __enter__(self) -> None:
+    @classmethod
+    def off(cls) -> "_operators":
+        """What an exercise with no operator to refuse uses: records nothing, and is never cut."""
+        nothing = cls.__new__(cls)
+        nothing.on, nothing.cut, nothing.timer = False, False, None
+        return nothing
+
+    def __enter__(self) -> "_operators":
         from torch.autograd import _enable_profiler, _prepare_profiler
 
-        with _quiet_stderr():
-            _prepare_profiler(self.config, self.activities)
-            _enable_profiler(self.config, self.activities)
+        if self.timer is not None:
+            with _quiet_stderr():
+                _prepare_profiler(self.config, self.activities)
+                _enable_profiler(self.config, self.activities)
+            self.on = True
+            self.timer.start()
+        return self
 
     def __exit__(self, *exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self._stop()
+
+    def _stop(self, cut: bool = False) -> None:
         from torch.autograd import _disable_profiler
 
-        with _quiet_stderr():
-            events = _disable_profiler().events()
+        with self.lock:  # the timer's thread and the block's end may both get here
+            if not self.on:
+                return
+            self.on, self.cut = False, cut
+            with _quiet_stderr():
+                events = _disable_profiler().events()
         self.ops.update(name for name in (event.name() for event in events) if name.startswith("aten::"))
 
 
@@ -437,6 +466,9 @@ def refusals(spec: Exercise, record: object) -> list[str]:
     ops = record.get("ops")
     if not isinstance(ops, list):
         return ["the record of operators that ran is missing"]
+    if spec.forbidden_ops and record.get("ops_cut") is not False:
+        return [f"{spec.name} ran for more than {RECORDING_SECONDS:g} s while the grader recorded which of torch's "
+                "operators it used, so ready-made code cannot be ruled out (a loop that never ends?)"]
     if spec.forbidden_ops and not ops:  # every answer runs some operator: the recording was switched off
         return [f"no operators were recorded while {spec.name} ran, so ready-made code cannot be ruled out"]
     refused = sorted(spec.forbidden_ops.intersection(map(str, ops)), key=lambda op: (op.startswith("aten::_"), op))
