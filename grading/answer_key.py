@@ -6,7 +6,8 @@ exercise's visible check and on every case, recording:
 - each call the learner's function will get: the visible check's calls, then each case's;
 - what each function handed to it (a decoder, a sublayer, a norm) answers for the inputs a right
   answer gives it, and what each earlier answer it may call (`uses`) answers for them, each
-  beside answers for decoy inputs, so that reading a table is no shortcut past the exercise.
+  beside answers for decoy inputs (`_decoy_calls`), so that reading a table is no shortcut past
+  the exercise.
 The kernel gets the inputs and those tables in the cell's hand_in line (`Plan.line`), and no
 code that computes an answer. `verdict` judges what the kernel handed back: the visible check
 runs here on the learner's results, then each case is compared with the reference answer.
@@ -52,42 +53,43 @@ def solution(solutions: Path, set_name: str) -> dict:
 
 
 class _Recorder:
-    """A function, run here: each call's inputs and answer become a row of the kernel's table."""
+    """A function, run here: each call's inputs and answer become a row of the kernel's table.
+
+    While `decoying`, a call's row is a decoy's: the answer to an input that a right answer would
+    give it had one of the exercise's own inputs been other (see `_decoy_calls`)."""
 
     def __init__(self, fn: Callable) -> None:
-        self.fn, self.table = fn, []
+        self.fn, self.table, self.decoys, self.decoying = fn, [], [], False
 
     def __call__(self, *args, **kwargs):
         inputs = encode_input([list(args), kwargs])
         out = self.fn(*args, **kwargs)
-        self.table.append([inputs, encode(out)])
+        (self.decoys if self.decoying else self.table).append([inputs, encode(out)])
         return out
 
-    def with_decoys(self, gen: torch.Generator) -> list:
-        """The table, with DECOYS answers for made-up inputs of the same shapes beside each row, shuffled."""
-        rows = list(self.table)
-        for inputs, _ in self.table:
-            args, kwargs = decode_input(inputs, [])
-            for _ in range(DECOYS):
-                fake = _made_up(args, gen)
-                with contextlib.suppress(Exception):  # a made-up input the function refuses: no decoy
-                    rows.append([encode_input([list(fake), kwargs]), encode(self.fn(*fake, **kwargs))])
-        order = torch.randperm(len(rows), generator=gen).tolist()
-        return [rows[i] for i in order]
+    def rows(self, gen: torch.Generator) -> list:
+        """The table, with its decoys, each input once, in a shuffled order."""
+        unique = {json.dumps(inputs, sort_keys=True): [inputs, out] for inputs, out in self.decoys + self.table}
+        rows = list(unique.values())
+        return [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
 
 
-def _made_up(value: object, gen: torch.Generator) -> object:
-    """`value` with every tensor replaced by a random one of the same shape, dtype and range."""
+def _tensor_places(value: object, place: tuple = ()) -> list[tuple]:
+    """Where the tensors of more than one element are in `value` (nested lists and tuples)."""
     if isinstance(value, Tensor):
-        if value.dtype == torch.bool:
-            return torch.rand(value.shape, generator=gen) < 0.5
-        if value.is_floating_point():
-            return torch.randn(value.shape, generator=gen, dtype=value.dtype) * (value.std().nan_to_num(1.0) + 0.1)
-        low, high = (int(value.min()), int(value.max()) + 1) if value.numel() else (0, 1)
-        return torch.randint(low, high, value.shape, generator=gen, dtype=value.dtype)
+        return [place] if value.numel() > 1 else []
     if type(value) in (list, tuple):
-        return type(value)(_made_up(v, gen) for v in value)
-    return value
+        return [p for i, v in enumerate(value) for p in _tensor_places(v, (*place, i))]
+    return []
+
+
+def _shuffled_at(value: object, place: tuple, gen: torch.Generator) -> object:
+    """`value` with the tensor at `place` shuffled: the same values, so the same distribution, elsewhere."""
+    if not place:
+        flat = value.reshape(-1)
+        return flat[torch.randperm(flat.numel(), generator=gen)].reshape(value.shape).clone()
+    head, *rest = place
+    return type(value)(_shuffled_at(v, tuple(rest), gen) if i == head else v for i, v in enumerate(value))
 
 
 def _swap_callables(value: object, recorders: list) -> object:
@@ -132,18 +134,23 @@ def plan(solutions: Path, set_name: str, name: str, seed: int) -> Plan:
     result = Plan(spec, check, spec.cases(gen))
     recorders: list[_Recorder] = []
     uses = {n: _Recorder(reference) for n, reference in spec.uses.items()}
+    handed: list[list[_Recorder]] = []  # per call: the recorders of the functions handed to it
 
-    def learner(*args):
-        result.calls.append(encode_input(list(args), result.callables))
-        result.args.append(tuple(a.clone() if isinstance(a, Tensor) else a for a in args))
-        fresh = [_Recorder(f) for f in result.callables[len(recorders):]]
-        recorders.extend(fresh)
+    def reference(args: tuple, fresh: list[_Recorder]):
         saved = {n: namespace[n] for n in uses if n in namespace}
         namespace.update({n: uses[n] for n in saved})
         try:
             return namespace[name](*_swap_callables(args, list(fresh)))
         finally:
             namespace.update(saved)
+
+    def learner(*args):
+        result.calls.append(encode_input(list(args), result.callables))
+        result.args.append(tuple(a.clone() if isinstance(a, Tensor) else a for a in args))
+        fresh = [_Recorder(f) for f in result.callables[len(recorders):]]
+        recorders.extend(fresh)
+        handed.append(fresh)
+        return reference(args, fresh)
 
     learner.__name__, learner.__wrapped__ = name, namespace[name]  # the visible check reads both
     with contextlib.redirect_stdout(io.StringIO()):
@@ -154,9 +161,31 @@ def plan(solutions: Path, set_name: str, name: str, seed: int) -> Plan:
         with contextlib.suppress(Exception):  # a case whose right answer is an error
             case.run(learner) if case.run is not None else learner(*case.args)
         result.per_case.append(len(result.calls) - before)
-    result.tables = [r.with_decoys(gen) for r in recorders]
-    result.uses = {n: r.with_decoys(gen) for n, r in uses.items() if r.table}
+    _decoy_calls(result.args, handed, list(uses.values()), reference, gen)
+    result.tables = [r.rows(gen) for r in recorders]
+    result.uses = {n: r.rows(gen) for n, r in uses.items() if r.table}
     return result
+
+
+def _decoy_calls(calls: list[tuple], handed: list[list[_Recorder]], uses: list[_Recorder],
+                 reference: Callable, gen: torch.Generator) -> None:
+    """Run the solution again on each call with one of its tensors shuffled, DECOYS times per
+    tensor, so that every table holds, beside each real row, rows for what a right answer asks
+    when that input is other. A decoy then differs from the real row only where the answer works
+    on that input, and its values are drawn as the real ones are: telling the real row apart (by
+    a mask handed through as it is, or by any statistic of the values) takes the exercise's own
+    computation. A decoy input the solution refuses makes no row."""
+    for args, fresh in zip(calls, handed):
+        if not fresh and not uses:  # no table to hide its rows in
+            continue
+        for recorder in (*fresh, *uses):
+            recorder.decoying = True
+        for place in _tensor_places(args):
+            for _ in range(DECOYS):
+                with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+                    reference(_shuffled_at(args, place, gen), fresh)
+        for recorder in (*fresh, *uses):
+            recorder.decoying = False
 
 
 # ------------------------------------------------------------------ judging what came back
