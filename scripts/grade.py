@@ -239,7 +239,10 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
 SUSPICIOUS = {
     "reads the notebook's own cells or the caller's frame": r"get_ipython|_getframe|inspect\.(stack|currentframe|getouterframes)|\b_ih\b|\bIn\[|f_back|f_globals",
     "opens files or databases": r"\bopen\(|sqlite3|gradebook|solutions/|pathlib|os\.(walk|listdir|scandir|system|remove)|subprocess|shutil",
-    "patches torch, course_lib or IPython": r"^\s*(torch|F|course_lib|IPython|builtins)(\.\w+)+\s*=[^=]|setattr\(\s*(torch|F|course_lib)|input_transformers|sys\.modules",
+    # (by any alias: `import IPython.display as d` then `d.display = ...`; a class's own `self.x = ...`
+    # is fine, and none of the course's answers assigns to anything else's attributes)
+    "patches a module or an object (torch, course_lib, IPython)":
+        r"^\s*(?!self\.)\w+(\.\w+)+\s*(\[[^\]]*\])?\s*[-+*/]?=[^=]|input_transformers|sys\.modules",
     "stops the kernel": r"\b(exit|quit)\(|os\._exit|sys\.exit",
     # The kernel hands in what it computed; code that reaches into that machinery could hand in
     # answers its own functions did not compute (README: what the grader does not guarantee).
@@ -248,6 +251,12 @@ SUSPICIOUS = {
         r"settrace|setprofile|\bgc\.|__code__|events\.register|(pre|post)_run_cell",
     # Python calls are recorded only in the calling thread and threads started during a check.
     "starts threads or processes": r"\bthreading\b|ThreadPool|concurrent\.futures|multiprocessing|os\.fork",
+    # A name spelled at run time ("soft" + "max"), or text run as code, hides what it reaches from
+    # every pattern above and from the check of the answer's own source: the record of what ran is
+    # written in the kernel, where such code can rewrite it. None of the course's answers needs one.
+    "builds names or code at run time": r"\b(getattr|setattr|delattr|vars|globals|locals|eval|exec|compile|"
+        r"__import__)\s*\(|importlib|import_module|__dict__|__builtins__|__getattribute__|attrgetter|"
+        r"methodcaller|__getattr|\b(ctypes|marshal|pickle|codecs|base64)\b|\bchr\s*\(|fromhex",
 }
 
 

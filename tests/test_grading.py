@@ -106,6 +106,7 @@ def course(tmp_path_factory) -> Path:
         "searcher": ({"softmax_rows": SEARCHER}, (), exercise_notebook(SET01)),
         "caller": ({"softmax_rows": CALLER.format(port=listener.getsockname()[1])}, (), exercise_notebook(SET01)),
         "emptier": ({"softmax_rows": EMPTIER, "row_entropy": WRONG_ENTROPY}, (), exercise_notebook(SET01)),
+        "piecer": ({"softmax_rows": PIECER}, (), exercise_notebook(SET01)),
         **{student: (answers, (), exercise_notebook(SET01)) for student, (answers, _) in CHEATS.items()},
     }
     for student, (answers, deleted, name) in mixed.items():
@@ -306,6 +307,25 @@ _h.collect = lambda spec, fn, seed: _collect(spec, _entropy if spec.name == "row
 import course_lib.checks.attention_scores as _checks
 _checks.check_row_entropy = lambda fn: None  # the graded cell imports its check from there
 """ + HONEST_SOFTMAX
+# torch's softmax by a name built from pieces, and the record of what ran rewritten as IPython
+# shows it, by names built from pieces too: the kernel writes that record, so the score cannot tell
+# (README: what the grader does not guarantee); the scan lists it for review by hand.
+PIECER = """_shown = __import__("IPy" + "thon.disp" + "lay", fromlist=["x"])
+_display = getattr(_shown, "disp" + "lay")
+
+def _quiet(*objects, **kwargs):
+    for _o in objects:
+        for _r in (_o.values() if isinstance(_o, dict) else []):
+            if isinstance(_r, dict) and "ops" in _r:
+                _r["ops"] = [op for op in _r["ops"] if "soft" + "max" not in op]
+                _r["refused"] = []
+    return _display(*objects, **kwargs)
+
+setattr(_shown, "disp" + "lay", _quiet)
+
+def softmax_rows(x):
+    return getattr(torch, "soft" + "max")(x, -1)
+"""
 CHEATS = {  # student: (answers, the exercises that earn nothing)
     "subclass": ({"row_entropy": SUBCLASS}, {"row_entropy"}),
     "mode": ({"softmax_rows": MODE, "row_entropy": WRONG_ENTROPY}, {"row_entropy"}),
@@ -747,6 +767,12 @@ def test_each_cheat_is_scored_as_it_deserves_and_listed_for_review(course, stude
     # Plain ready-made code needs no look: the refusal says what ran. The others reach into the kernel.
     listed = "review by hand" in csv_rows(course)[(student, SET01)]["notes"]
     assert listed == (student != "sdpa"), csv_rows(course)[(student, SET01)]["notes"]
+
+
+def test_names_built_at_run_time_are_listed_for_review(course):
+    """piecer's record says no softmax ran, and nothing in the kernel can be believed over it: the
+    scan of its source, outside the kernel, lists it (before, nothing did, and it scored 7 of 7)."""
+    assert "review by hand: builds names or code at run time" in csv_rows(course)[("piecer", SET01)]["notes"]
 
 
 @pytest.mark.parametrize("student", ["threaded", "sdpa", "codeswap"])
