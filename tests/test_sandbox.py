@@ -3,11 +3,12 @@
 One grading run through scripts/grade.py (what `make grade` runs) of hostile submissions to set
 01, each with honest answers besides its attack, so that its score shows it was still graded:
 looking for the answer key by import and on every file it can read, reading the grader's
-environment through /proc, leaving a note (and a gigabyte) in the socket
-folder for the next kernel, flooding the kernel's own stderr, hiding output in display updates,
-widgets and metadata, three processes of 1.8 GB, a thread flood whose error the submission
-catches, and a test cell pasted above its answer. Then two runs with a Python environment that
-imports the course library from another checkout, or finds torch where the sandbox does not look.
+environment through /proc, leaving a note (and a gigabyte) in the socket folder for the next
+kernel, flooding the kernel's own stderr, hiding output in display updates, widgets and
+metadata, three processes of 1.8 GB, a thread flood whose error the submission catches, ptrace
+of every process it can see, and a test cell pasted above its answer. Then two runs with a
+Python environment that imports the course library from another checkout, or finds torch where
+the sandbox does not look.
 """
 
 from __future__ import annotations
@@ -136,11 +137,32 @@ for _folder, _dirs, _files in os.walk("/"):
                 _found.append(_path)
 print("KEYS FOUND", _found)
 """ + HONEST_SOFTMAX
+# Every process the kernel can see, and whether ptrace can attach to it. Allowed by design inside
+# the sandbox: all it can see is its own tree (bubblewrap's pid 1, the kernel, what the kernel
+# started), as nobody, with no capabilities, in namespaces of its own; nothing of the grader's.
+TRACER = """import ctypes, json, os
+_libc = ctypes.CDLL(None, use_errno=True)
+_seen = {}
+for _pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if _pid == os.getpid():
+        continue
+    try:
+        _uid = [l.split()[1] for l in open(f"/proc/{_pid}/status") if l.startswith("Uid:")][0]
+        _name = open(f"/proc/{_pid}/comm").read().strip()
+    except OSError:
+        continue
+    _attached = _libc.ptrace(16, _pid, None, None) == 0  # PTRACE_ATTACH
+    if _attached:
+        os.waitpid(_pid, 0x40000000)  # __WALL: let it stop, then let it go
+        _libc.ptrace(17, _pid, None, None)  # PTRACE_DETACH
+    _seen[_pid] = [_name, _uid, _attached]
+print("TRACE", json.dumps({"self": os.getpid(), "seen": _seen}))
+""" + HONEST_SOFTMAX
 ATTACKS = {  # student: its softmax_rows cell. Names sort a0 < a1 < a2 < b...: see `course`.
     "a0_noter": NOTER, "a1_honest": HONEST_SOFTMAX, "a2_looker": LOOKER, "b_environ": ENVIRON,
     "b_flooder": FLOODER, "b_updater": UPDATER, "b_multiplier": MULTIPLIER, "b_widgets": WIDGETS,
     "b_metadata": METADATA, "b_trio": TRIO, "b_catcher": CATCHER, "b_paster": HONEST_SOFTMAX,
-    "b_keyhunter": KEYHUNTER,
+    "b_keyhunter": KEYHUNTER, "b_tracer": TRACER,
 }
 OUTPUT_FLOODS = ["b_updater", "b_multiplier", "b_widgets", "b_metadata"]
 
@@ -192,6 +214,18 @@ def test_the_kernel_finds_no_answer_key_by_import_or_on_disk(course):
     out = printed(course, "b_keyhunter", "softmax_rows")
     assert "KEYS FOUND []" in out, out
     assert scores(course, SET01, "b_keyhunter") == points(course, SET01)  # graded, and listed for review (it walks the disk)
+
+
+def test_all_a_kernel_can_trace_is_its_own_sandbox(course):
+    """ptrace inside the sandbox is allowed: bubblewrap's pid 1 is the one other process the kernel
+    sees, running as nobody like the kernel; the grader, other submissions and the machine's
+    processes are not there to attach to."""
+    out = printed(course, "b_tracer", "softmax_rows")
+    found = json.loads(out.split("TRACE ", 1)[1].splitlines()[0])
+    assert set(found["seen"]) == {"1"}, found
+    name, uid, _ = found["seen"]["1"]
+    assert name == "bwrap" and uid == "65534", found
+    assert scores(course, SET01, "b_tracer") == points(course, SET01)
 
 
 def test_the_kernel_cannot_read_the_graders_environment(course):
