@@ -858,6 +858,8 @@ def test_honest_work_in_another_form_scores_as_it_deserves(course, student):
 def test_answers_computed_with_the_course_code_in_the_kernel_earn_nothing(course, student):
     set_name = COURSE_CODE[student][0]
     assert scores(course, set_name, student) == {name: 0.0 for name in points(course, set_name)}
+    # every module and attribute name built from pieces: the scan lists it all the same
+    assert "review by hand: builds names or code at run time" in csv_rows(course)[(student, set_name)]["notes"]
 
 
 def test_the_solution_notebook_handed_in_is_listed_for_review_not_graded(course):
