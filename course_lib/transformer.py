@@ -30,9 +30,10 @@ import torch
 from torch import Tensor, nn
 
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_integer,
-                     require_items, require_length_fits, require_mask, require_number, require_same_shape)
+                     require_items, require_length_fits, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
-from .model import Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig, Positions, require_ids
+from .model import (Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig, Positions, require_ids,
+                    require_src_mask)
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
 from .training import Later, run_each, start_each, train
@@ -331,7 +332,7 @@ def greedy_decode(model: EncoderDecoder | DecoderOnly, src: Tensor, steps: int, 
     The decoder sees only what it has written so far (BOS first), never the answer.
     cache=False runs the decoder on the whole prefix at every step; cache=True gives it only
     the newest token, and each block reuses the keys and values kept from earlier steps.
-    src_mask: (B, S), True = real token, for sources padded at the end (None: all real).
+    src_mask: (B, S) or (B, 1, S), True = real token, for sources padded at the end (None: all real).
     A DecoderOnly (decoder_only) continues src, SEP instead, and its cross_weights are its last
     block's self-attention weights from the newest row onto the S source positions.
     """
@@ -349,8 +350,7 @@ def greedy_decode(model: EncoderDecoder | DecoderOnly, src: Tensor, steps: int, 
                              "rotations and score biases are not given the cached positions here")
         require_length_fits(src.shape[1] + steps, model.config.max_len, "model", "src, SEP and steps - 1 tokens")
         return _continue(model, src, steps, cache)
-    if src_mask is not None:
-        require_same_shape("src_mask", require_mask("src_mask", src_mask), "src", src)
+    src_mask = require_src_mask(src_mask, src)  # (B, S), as encode and forward read it
     require_length_fits(steps, model.config.max_len, "model", "steps")
     memory = model.encode(model.embed(src), src_mask)  # (B, S, D)
     prefix = torch.full((src.shape[0], 1), BOS)  # (B, 1)

@@ -273,6 +273,9 @@ def test_greedy_decoding_reads_a_padded_source_as_the_unpadded_one():
         torch.testing.assert_close(with_padding.cross_weights[..., :5], alone.cross_weights, atol=1e-12, rtol=0)
         assert (with_padding.cross_weights[..., 5:] == 0).all()
     assert not torch.equal(greedy_decode(model, padded, 6).logits, alone.logits)  # unmasked, the padding is read
+    # the (B, 1, S) mask that encode, decode and forward take decodes the same
+    assert torch.equal(greedy_decode(model, padded, 6, src_mask=real[:, None]).logits,
+                       greedy_decode(model, padded, 6, src_mask=real).logits)
 
 
 def test_lesson_02s_counter_counts_the_transformers_multiply_adds_and_the_cache_saves_some():
