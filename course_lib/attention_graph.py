@@ -136,6 +136,9 @@ def layered_graph(layer_weights: Sequence[Tensor], residual: float = 0.0,
     import networkx as nx
 
     _require_layers(layer_weights)
+    if layer_weights[0].dim() != 2:
+        raise ValueError(f"layer_weights must be (T, T) each, one example's, to draw: got shape "
+                         f"{tuple(layer_weights[0].shape)} (pick one, e.g. weights[0])")
     threshold = require_number("threshold", threshold, non_negative=True, at_most=1.0)
 
     T = layer_weights[0].shape[-1]
@@ -250,6 +253,11 @@ def _require_patterns(xi: Tensor, patterns: Tensor, beta: float) -> float:
                          f"{tuple(patterns.shape)}")
     if patterns.shape[-2] == 0:
         raise ValueError("patterns holds no pattern (S = 0): there is nothing to retrieve")
+    try:
+        torch.broadcast_shapes(xi.shape[:-1], patterns.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"xi's batch (...) and patterns' (..., S, D) batch must broadcast: xi has shape "
+                         f"{tuple(xi.shape)}, patterns {tuple(patterns.shape)}") from None
     return require_number("beta", beta, positive=True)
 
 
@@ -598,8 +606,9 @@ def run_program(program: SOp, sequence: Sequence[int]) -> list:
 
 class CompiledProgram(NamedTuple):
     model: DecoderOnly  # its blocks' weights are the program
-    columns: dict[str, list[int]]  # each s-op's residual-stream columns (by name)
+    columns: dict[str, list[int]]  # each s-op's residual-stream columns (by name; a repeated name gets " (2)"...)
     heads: list[str]  # per block, the operation its attention layer computes ("" for none)
+    n_symbols: int  # the inputs it was compiled for: symbols 1..n_symbols
 
 
 def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float = 60.0) -> CompiledProgram:
@@ -702,8 +711,12 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
         for v in out_values:
             model.readout.weight[v, col(program, v)] = 1.0
     heads = [attention_at[2 * b].name if 2 * b in attention_at else "" for b in range(n_blocks)]
-    names = {sop.name: columns[id(sop)] for sop in nodes}
-    return CompiledProgram(model, names, heads)
+    names: dict[str, list[int]] = {}
+    for sop in nodes:  # two s-ops may share a name (the default is their kind): each keeps its columns
+        name = next(n for n in (sop.name, *(f"{sop.name} ({k})" for k in range(2, len(nodes) + 2)))
+                    if n not in names)
+        names[name] = columns[id(sop)]
+    return CompiledProgram(model, names, heads, n_symbols)
 
 
 def _set_head(head, sop: SOp, col: Callable, value_sets: dict, scratch: dict, sharpness: float) -> None:
@@ -778,11 +791,12 @@ def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
 
 
 def _require_compiled_input(compiled: object, sequences: object) -> None:
-    """compiled a CompiledProgram; sequences (B, T) integer symbols >= 1."""
+    """compiled a CompiledProgram; sequences (B, T) integer symbols in 1..compiled.n_symbols."""
     require_instance("compiled", compiled, CompiledProgram, "a CompiledProgram (see compile_program)")
     require_integer("sequences", sequences, 2, 2)
-    if sequences.numel() and int(sequences.min()) < 1:
-        raise ValueError(f"sequences must hold symbols >= 1 (0 is BOS), got {int(sequences.min())}")
+    if sequences.numel() and not 1 <= int(sequences.min()) <= int(sequences.max()) <= compiled.n_symbols:
+        raise ValueError(f"sequences must hold symbols 1..{compiled.n_symbols}, the ones compiled for (0 is BOS), "
+                         f"got values from {int(sequences.min())} to {int(sequences.max())}")
 
 
 def _with_bos(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
@@ -860,7 +874,7 @@ def train_like(compiled: CompiledProgram, task: str, length: int, seed: int = 0,
     require_count("seed", seed, minimum=0)
     config = compiled.model.config
     model = DecoderOnly(ModelConfig(**{**config.__dict__, "seed": seed})).double()
-    n_symbols = int(compiled.model.tokens.weight[1:].abs().sum(-1).nonzero().max()) + 1
+    n_symbols = compiled.n_symbols
 
     def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
         x = random_sequences(task, n_sequences, length, n_symbols, generator, held_out=False)

@@ -43,8 +43,12 @@ Measured = Number | str | Mapping[str, object] | Sequence[Number]
 
 
 def fmt(value: object) -> str:
-    """A number as a lesson prints it: ints whole, floats to 3 significant digits."""
+    """A number as a lesson prints it: ints whole, floats to 3 significant digits. A tensor must
+    hold one number."""
     if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"value must be one number; got a tensor of shape {tuple(value.shape)} "
+                             "(fmt each element, or reduce it first, e.g. value.max())")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)

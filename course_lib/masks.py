@@ -197,6 +197,11 @@ def additive_attention(scorer: AdditiveScorer, q: Tensor, k: Tensor, v: Tensor,
     scores = scorer(q, k)  # (..., T, S); the scorer checks q and k
     if require_float("v", v, min_rank=2).shape[-2] != k.shape[-2]:
         raise ValueError(f"k and v must share S: k has shape {tuple(k.shape)}, v has shape {tuple(v.shape)}")
+    try:
+        torch.broadcast_shapes(scores.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"v's batch must broadcast with q's and k's: q has shape {tuple(q.shape)}, k "
+                         f"{tuple(k.shape)}, v {tuple(v.shape)}") from None
     weights = softmax(scores, mask=mask)  # (..., T, S)
     return weights @ v, weights  # (..., T, d_v)
 

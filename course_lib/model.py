@@ -289,8 +289,12 @@ def built_positions(config: ModelConfig, positions: Positions | None) -> Positio
 
 
 def require_ids(ids: Tensor, config: ModelConfig, name: str = "ids", start: int = 0) -> int:
-    """ids must be (B, T) token ids in 0..V-1 at positions start..start+T-1 < max_len; returns T."""
+    """ids must be (B, T) token ids in 0..V-1 at positions start..start+T-1 < max_len, B and T at
+    least 1; returns T."""
     require_token_ids(name, ids, config.vocab_size)
+    if not ids.numel():
+        raise ValueError(f"{name} must hold at least one sequence of at least one token, got shape "
+                         f"{tuple(ids.shape)}")
     require_length_fits(start + ids.shape[-1], config.max_len, "model", f"the length of {name}")
     return ids.shape[-1]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
+import pickle
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
@@ -275,6 +276,17 @@ def _require_runs(job: object, items: object, progress: object, names: object) -
     return items, label, names
 
 
+def _require_pickles(job: object, items: list) -> None:
+    """job and items must pickle, to go to another process: say so here, not as pickle's error there."""
+    for name, value in (("job", job), ("items", items)):
+        try:
+            pickle.dumps(value)
+        except Exception as error:  # pickle raises PicklingError, AttributeError or TypeError
+            raise TypeError(f"{name} must pickle to run in another process (a module-level function, or a "
+                            f"functools.partial of one, not a lambda or a function defined in another): "
+                            f"{type(error).__name__}: {error}") from None
+
+
 def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int = 1,
              progress: bool | str = False, names: Sequence[str] | None = None) -> list[Result]:
     """[job(item) for item in items]: independent runs (one seed each), in order.
@@ -289,6 +301,8 @@ def run_each(job: Callable[[Item], Result], items: Sequence[Item], workers: int 
     """
     items, label, names = _require_runs(job, items, progress, names)
     require_count("workers", workers)
+    if workers > 1 and sys.platform == "linux":
+        _require_pickles(job, items)
     board = _RunBoard(label, names) if label and items else None
     if workers > 1 and sys.platform == "linux":
         return _run_in_processes(job, items, workers, board)
@@ -372,10 +386,19 @@ def start_each(job: Callable[[Item], Result], items: Sequence[Item], progress: b
         raise TypeError(f"finish must be a function of the list of results, got {type(finish).__name__}")
     if sys.platform != "linux":
         return Later([], label, names, finish, functools.partial(run_each, job, items, 1, label or False, names))
+    _require_pickles(job, items)
     if _ahead is None or _ahead._broken:  # none yet, or its process died (killed): a new one
         _ahead = ProcessPoolExecutor(1, multiprocessing.get_context("fork"), initializer=_start_worker,
                                      initargs=(None,))
-    return Later([_ahead.submit(job, item) for item in items], label, names, finish)
+    # The process was forked at the first call: torch's default dtype now goes with each run.
+    dtype = torch.get_default_dtype()
+    return Later([_ahead.submit(_in_dtype, dtype, job, item) for item in items], label, names, finish)
+
+
+def _in_dtype(dtype: torch.dtype, job: Callable[[Item], Result], item: Item) -> Result:
+    """job(item) with torch's default dtype as the caller of start_each had it."""
+    torch.set_default_dtype(dtype)
+    return job(item)
 
 
 def _show_reports(steps: multiprocessing.SimpleQueue, board: _RunBoard) -> None:

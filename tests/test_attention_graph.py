@@ -382,6 +382,16 @@ def test_a_numerical_map_writes_its_number_in_its_column():
     assert torch.allclose(column, x.double() / 2, atol=1e-12)
 
 
+def test_every_s_op_keeps_its_columns_when_two_share_a_name():
+    """Default names are kinds: two maps are both "map" (the columns had 3 entries for 4 s-ops)."""
+    twice = map_values(lambda t: t + 1, map_values(lambda t: t + 1, tokens))  # two s-ops named "map"
+    compiled = compile_program(twice, 3, 4)
+    assert list(compiled.columns) == ["tokens", "map", "map (2)"]
+    assert sum(map(len, compiled.columns.values())) == compiled.model.config.d_model - 2  # all but "one" and "bos"
+    x = inputs("reverse", 20, 4, n_symbols=3)
+    assert torch.equal(run_compiled(compiled, x), x + 2)
+
+
 def test_training_sees_no_held_out_row_and_the_correlation_is_pearson():
     held = random_sequences("histogram", 200, 6, 5, torch.Generator().manual_seed(3), held_out=True)
     seen = random_sequences("histogram", 200, 6, 5, torch.Generator().manual_seed(3), held_out=False)
@@ -405,6 +415,9 @@ def test_training_sees_no_held_out_row_and_the_correlation_is_pearson():
      "sequences"),
     (lambda: run_compiled(compile_program(rasp_sort(), 4, 4), torch.ones(1, 5, dtype=torch.long)),
      ValueError, "length"),
+    # a symbol it was not compiled for: histogram([1, 5, 5, 2, 5, 1]) read 5 as nothing ([2, 0, 0, 1, 0, 2])
+    (lambda: run_compiled(compile_program(PROGRAMS["histogram"](), 4, 8), torch.tensor([[1, 5, 5, 2, 5, 1]])),
+     ValueError, r"symbols 1\.\.4, the ones compiled for .* from 1 to 5"),
     (lambda: attention_correlation(random_weights(3, 3), random_weights(3, 4)), ValueError, "shape"),
     (lambda: attention_correlation(torch.ones(3, 3), random_weights(3, 3)), ValueError, "same everywhere"),
     (lambda: random_sequences("sort", 3, 6, 5, torch.Generator()), ValueError, "n_symbols"),

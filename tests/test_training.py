@@ -224,6 +224,23 @@ def test_start_each_refuses_bad_input_before_starting_anything(kwargs, error, me
         start_each(**({"job": _seeded_loss, "items": [1, 2]} | kwargs))
 
 
+def _zeros(n: int) -> torch.Tensor:
+    return torch.zeros(n)
+
+
+def test_start_each_runs_in_the_default_dtype_its_caller_has_now():
+    """Its process is forked once and kept: a dtype set after that must still reach the runs."""
+    start_each(_zeros, [1]).results()  # the process exists from here on, in float32
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        (later,) = start_each(_zeros, [2]).results()
+        (here,) = run_each(_zeros, [2])
+    finally:
+        torch.set_default_dtype(before)
+    assert later.dtype == here.dtype == torch.float64
+
+
 class ShownBar:
     """Stands in for progress_bar: records what a bar would show, without a notebook."""
 
