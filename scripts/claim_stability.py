@@ -80,9 +80,19 @@ def execute(notebook: Path) -> None:
     import nbformat
     from nbclient import NotebookClient
 
+    from jupyter_client.manager import KernelManager
+
     nb = nbformat.read(notebook, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    # Unix sockets, not TCP ports: two runs at once each pick "free" ports for their kernels, and
+    # now and then the same one ("Address already in use", seen in make bench here).
+    with tempfile.TemporaryDirectory() as sockets:
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
+        try:
+            NotebookClient(nb, km=km, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(notebook.parent)}}).execute()
+        finally:  # a kernel handed to nbclient is not shut down by it
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
 
 
 def margin_text(smallest: tuple[float, int, str] | None) -> str:
