@@ -130,7 +130,7 @@ bench: setup system
 stability: setup
 	$(BIN)/python scripts/claim_stability.py
 
-# One JupyterHub for a class on this machine (README, Instructors: a class on one hub). As root:
+# One JupyterHub for a class on this machine (docs/hub.md). As root:
 # the first run makes the class from ROSTER (default hub/roster.csv: a unix user per student and
 # per instructor, the exchange, the grader's course folder), every run starts the hub in the
 # foreground (Ctrl+C stops it).

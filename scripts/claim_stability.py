@@ -13,7 +13,7 @@ is told (`MKL_ENABLE_INSTRUCTIONS`): a machine of another make runs one of these
 It prints every claim that fails in some run (a flip) and, for each claim tested with a
 `Bound` (`at_least`, `at_most`), its smallest margin over the runs, then exits 1 if anything
 flipped or a lesson raised. Every record goes to test-artifacts/claim_stability.json, the
-report with a markdown table (the README's) to test-artifacts/claim_stability.md.
+report with a markdown table (the maintainer's guide's, docs/maintainers.md) to test-artifacts/claim_stability.md.
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def stage(course: Path, folder: Path, sub: Submission) -> Path | None:
 
 
 # Code a submission has no honest reason to run, and that nbgrader's model cannot stop: each hit
-# is listed in the report and grades.csv so the instructor looks at it (see README, Instructors).
+# is listed in the report and grades.csv so the instructor looks at it (see docs/instructors.md).
 SUSPICIOUS = {
     "reads the notebook's own cells or the caller's frame": r"get_ipython|_getframe|inspect\.(stack|currentframe|getouterframes)|\b_ih\b|\bIn\[|f_back|f_globals",
     "opens files or databases": r"\bopen\(|sqlite3|gradebook|solutions/|pathlib|os\.(walk|listdir|scandir|system|remove)|subprocess|shutil",
@@ -245,7 +245,7 @@ SUSPICIOUS = {
         r"^\s*(?!self\.)\w+(\.\w+)+\s*(\[[^\]]*\])?\s*[-+*/]?=[^=]|input_transformers|sys\.modules",
     "stops the kernel": r"\b(exit|quit)\(|os\._exit|sys\.exit",
     # The kernel hands in what it computed; code that reaches into that machinery could hand in
-    # answers its own functions did not compute (README: what the grader does not guarantee).
+    # answers its own functions did not compute (docs/instructors.md: what the grader does not guarantee).
     "reaches into the grading code or torch's dispatch": r"course_lib\.checks|hand_in|"
         r"Torch(Function|Dispatch)Mode|__torch_(function|dispatch)__|_(enable|disable|prepare)_profiler|"
         r"settrace|setprofile|\bgc\.|__code__|events\.register|(pre|post)_run_cell",
@@ -335,7 +335,7 @@ KERNEL = "transformer-roots-sandbox"
 
 @dataclass
 class Limits:
-    """What one submission may use; each is named in its feedback when hit (see README)."""
+    """What one submission may use; each is named in its feedback when hit (see docs/instructors.md)."""
     memory: int = 3 * 2**30  # bytes for all its processes together (cgroup); without cgroups, per process
     processes: int = 64  # processes and threads at once, all of the submission's
     scratch: int = 512 * 2**20  # bytes of each writable folder (working folder, /tmp, /dev/shm)

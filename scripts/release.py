@@ -26,7 +26,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE = ("solutions/", "tests/", ".ci/", "grading/", "nbgrader_config.py", "scripts/grade.py",
            "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md",
-           "hub/", "scripts/hub", "scripts/student_sim.py", "docs/hub/")  # the class's hub is the instructor's
+           "hub/", "scripts/hub", "scripts/student_sim.py", "docs/hub/",  # the class's hub is the instructor's
+           # The guides for those who teach and maintain: they say how grading works, a map to get around it.
+           "docs/instructors.md", "docs/new-exercise.md", "docs/hub.md", "docs/maintainers.md")
 LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 

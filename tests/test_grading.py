@@ -298,7 +298,7 @@ for _spec in [o for o in gc.get_objects() if type(o).__name__ == "Exercise"]:
 def softmax_rows(x):
     return torch.softmax(x, -1)
 """
-# What the grader does not guarantee (README): code that rewrites the hand-in itself can hand in
+# What the grader does not guarantee (docs/instructors.md): code that rewrites the hand-in itself can hand in
 # answers that its own function did not compute. It is listed for review by hand.
 FORGER = """import course_lib.checks.hand_in as _h
 from course_lib.attention_scores import entropy as _entropy
@@ -309,7 +309,7 @@ _checks.check_row_entropy = lambda fn: None  # the graded cell imports its check
 """ + HONEST_SOFTMAX
 # torch's softmax by a name built from pieces, and the record of what ran rewritten as IPython
 # shows it, by names built from pieces too: the kernel writes that record, so the score cannot tell
-# (README: what the grader does not guarantee); the scan lists it for review by hand.
+# (docs/instructors.md: what the grader does not guarantee); the scan lists it for review by hand.
 PIECER = """_shown = __import__("IPy" + "thon.disp" + "lay", fromlist=["x"])
 _display = getattr(_shown, "disp" + "lay")
 
@@ -385,7 +385,7 @@ HONEST = {
     "suberror": (SET04, {"add_learned_positions": RAISING.format(error="TooLong", base="ValueError")}, set()),
     "othererror": (SET04, {"add_learned_positions": RAISING.format(error="TooLong", base="TypeError")},
                    {"add_learned_positions"}),
-    # The decision (README): an earlier answer is replaced under every name it has, so a later
+    # The decision (docs/instructors.md): an earlier answer is replaced under every name it has, so a later
     # answer that calls it by its other name is graded on its own; its mistake costs once.
     "renamed": (SET08, {"split_into_heads": HEADS_OF, "multi_head_attend": None}, {"split_into_heads"}),
 }
