@@ -26,7 +26,8 @@ of earlier lessons (and torch), so the layers of the code follow the course:
                              program compiled into the model's blocks
 Beneath every lesson: guards (input checks with clear errors), progress (the progress bars;
 it imports nothing else, so a lesson's first cell shows one while torch loads), training (the
-one training loop, and the training of a model of token ids), claims (`claim`, the lessons'
+one training loop, and the training of a model of token ids), optimizers (SGD and Adam, written
+out), runs (independent seeded runs at once, in other processes), claims (`claim`, the lessons'
 computed checks), plots (figures). Beside them: widgets/ (live widgets, one module per
 lesson) and checks/ (the exercises' visible checks).
 

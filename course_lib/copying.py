@@ -28,7 +28,8 @@ from .guards import (broadcast_shape, require_bool, require_choice, require_coun
 from .masks import causal_mask
 from .model import DecoderOnly, ModelConfig, require_ids
 from .positional_encoding import POSITION_KINDS, tiny_model
-from .training import IGNORE, run_each, train, train_tiny_model
+from .runs import run_each
+from .training import IGNORE, train, train_tiny_model
 
 Batches = Callable[[torch.Generator], tuple[Tensor, Tensor]]
 BOS = 0  # the induction data's first token: it never appears again, so nothing copies it
@@ -870,7 +871,7 @@ def train_induction_runs(models: Sequence[tuple[int, str]], probe: tuple[Tensor,
     repeated_tokens_probe on `probe` (ids, targets (B, T) of a repeated_tokens_batch) every
     `every` steps and after the last.
 
-    workers=2 trains two runs at once in forked processes (training.run_each: the same numbers,
+    workers=2 trains two runs at once in forked processes (runs.run_each: the same numbers,
     one thread each). progress=True shows one bar, labelled "induction", with each run's step
     and loss.
     """
@@ -1012,7 +1013,7 @@ def unnormalised_copy_fit(tokens: Tensor, context: Tensor, steps: int = 150, lr:
 def unnormalised_copy_fits(problems: Sequence[dict], workers: int = 1) -> list[UnnormalisedCopyFit]:
     """unnormalised_copy_fit(**problem) for each problem, a dict of its arguments (tokens,
     context, and steps, lr, seed as wanted), in order. workers > 1 fits that many at once in
-    forked processes (training.run_each: the same fits, in less wall time on that many cores).
+    forked processes (runs.run_each: the same fits, in less wall time on that many cores).
     """
     problems = require_items("problems", problems)
     for k, problem in enumerate(problems):

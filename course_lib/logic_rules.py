@@ -30,7 +30,8 @@ from .copying import position_copy_head
 from .guards import (require_bool, require_count, require_float, require_float_dtype, require_instance,
                      require_integer, require_items, require_number, require_token_ids)
 from .model import DecoderOnly, ModelConfig
-from .training import IGNORE, run_each, train, train_tiny_model
+from .runs import run_each
+from .training import IGNORE, train, train_tiny_model
 
 # ---------------------------------------------------------------- the relation world
 
@@ -318,7 +319,7 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
     if not content:
         for linear in (model.attention.query, model.attention.key):
             # zero buffers, not frozen parameters: the model's parameters are then all trained,
-            # and Adam takes its one-call-for-all step (training.Adam), the same numbers faster
+            # and Adam takes its one-call-for-all step (optimizers.Adam), the same numbers faster
             for name in ("weight", "bias"):
                 zeros = torch.zeros_like(getattr(linear, name)).detach()
                 delattr(linear, name)
@@ -331,7 +332,7 @@ def train_rule_models(seeds: Sequence[int], progress: bool | str = False, worker
                       **kwargs) -> list[DecoderOnly]:
     """train_rule_model(seed=s, **kwargs) for each seed s; progress=True shows a bar counting
     the models, labelled "rule models" (a string names the task otherwise), with the step and
-    loss of each one in training; workers > 1 trains that many at once (training.run_each: the
+    loss of each one in training; workers > 1 trains that many at once (runs.run_each: the
     same models)."""
     require_items("seeds", seeds)
     label = "rule models" if progress is True else progress
@@ -345,7 +346,7 @@ def _rule_model(seed: int, kwargs: dict) -> DecoderOnly:
 
 def rule_model_run(run: tuple[int, dict]) -> DecoderOnly:
     """train_rule_model(seed=seed, **settings) for run = (seed, settings): one item for
-    training.run_each, so that models of different settings train in one pool (lesson 07)."""
+    runs.run_each, so that models of different settings train in one pool (lesson 07)."""
     seed, settings = run
     return train_rule_model(seed=seed, **settings)
 
@@ -592,7 +593,7 @@ def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: 
     as in rules_right (its answer strictly the largest). All widths and seeds train in one run:
     the loss is the sum of theirs and Adam moves each weight by its own gradient only, so each
     model ends as it would trained alone. workers > 1 splits the seeds into that many groups
-    trained at once (training.run_each): the same counts, in less wall time on as many cores.
+    trained at once (runs.run_each): the same counts, in less wall time on as many cores.
     float32; keys (S, N, 2 d_model) -> outputs (S, N, n_answers), S seeds, N = n_relations^2
     rules.
     """

@@ -218,6 +218,6 @@ def train_next_token(causal: bool, steps: int = 100, vocab: int = 8, T: int = 8,
 
 def next_token_run(run: tuple[bool, int], steps: int = 100) -> dict[str, float]:
     """train_next_token(causal, steps, seed=seed) for run = (causal, seed): one item for
-    training.run_each, which trains several runs at once in other processes (lesson 02)."""
+    runs.run_each, which trains several runs at once in other processes (lesson 02)."""
     causal, seed = run
     return train_next_token(causal, steps, seed=seed)

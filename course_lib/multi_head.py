@@ -23,7 +23,8 @@ from .guards import require_count, require_float, require_index, require_instanc
 from .measure import OperationCounter
 from .model import DecoderOnly, ModelConfig
 from .torch_copy import to_torch
-from .training import IGNORE, run_each, train_tiny_model
+from .runs import run_each
+from .training import IGNORE, train_tiny_model
 
 __all__ = ["Attention", "to_torch"]  # the layer and torch's copy of it, as lesson 08 names them
 
@@ -280,7 +281,7 @@ def train_relation_seeds(steps: dict[int, int], seeds: tuple[int, ...], progress
     steps: {n_heads: training steps}; `seeds` seed both the initial weights and the batches;
     `settings` go to train_two_relations. progress=True shows one bar for all the runs,
     labelled "two relations" (a string names the task otherwise), with the step and loss of
-    each run going on; workers > 1 trains that many at once (training.run_each: the same
+    each run going on; workers > 1 trains that many at once (runs.run_each: the same
     models).
     """
     if not isinstance(steps, dict) or not steps:

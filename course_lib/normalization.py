@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .model import Block, ModelConfig  # the course's block, for "where the norm goes"
-from .training import SGD
+from .optimizers import SGD
 from .guards import (require_bool, require_broadcasts_to, require_choice, require_count, require_float,
                      require_index, require_instance, require_items, require_mask, require_number, require_same_dtype,
                      require_same_shape, require_tensor, require_width)

@@ -29,7 +29,8 @@ from .guards import (require_bool, require_broadcasts_to, require_choice, requir
                      require_float_dtype, require_index, require_instance, require_integer, require_items,
                      require_length_fits, require_number, require_same_shape, require_width)
 from .model import DecoderOnly, LearnedPositions, ModelConfig, Positions
-from .training import IGNORE, run_each, train_tiny_model
+from .runs import run_each
+from .training import IGNORE, train_tiny_model
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
 LearnedPositionalEmbedding = LearnedPositions  # the learned table is lesson 02's, under its usual name
@@ -384,7 +385,7 @@ def previous_token_runs(kinds: Iterable[str], seeds: Iterable[int], train_length
     each seed is an independent run. Returns {(kind, seed): PreviousTokenRun} measured on fresh
     sequences of test_length tokens. progress=True shows one bar counting runs, labelled
     "previous token" (a string names the task otherwise), with the step and loss of each run
-    going on. workers > 1 trains that many runs at once (training.run_each): the same numbers,
+    going on. workers > 1 trains that many runs at once (runs.run_each): the same numbers,
     run for run.
     """
     kinds, seeds = list(require_items("kinds", list(kinds))), list(require_items("seeds", list(seeds)))

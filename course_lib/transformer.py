@@ -36,7 +36,8 @@ from .model import (Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig
                     require_src_mask)
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
-from .training import Later, run_each, start_each, train
+from .runs import Later, run_each, start_each
+from .training import train
 
 __all__ = ["Block", "FeedForward"]  # the model's pieces, as lesson 09 names them
 
@@ -245,8 +246,8 @@ def train_seeds(task: str, config: ModelConfig, seeds: list[int], steps: int, n_
                 background: bool = False) -> list[TrainedRun] | Later:
     """train_transformer(task, config with each seed, ...) for each seed (weights and batches from
     that seed), with each model's held-out accuracy: one TrainedRun per seed. workers > 1 trains
-    that many at once (training.run_each: the same numbers). background=True returns at once,
-    the runs going on in one other process: `.results()` gives the list (training.start_each)."""
+    that many at once (runs.run_each: the same numbers). background=True returns at once,
+    the runs going on in one other process: `.results()` gives the list (runs.start_each)."""
     _require_recipe(task, config, n_sequences, length, gpt)  # before any run starts, in this process
     require_count("steps", steps)
     require_number("lr", lr, positive=True)
@@ -276,9 +277,9 @@ def final_losses(task: str, configs: dict[str, Callable[[int], ModelConfig]],
     """Train every configs[name](seed) for each seed (weights and batches from that seed) and
     return, per name, the mean loss of the `last` steps of each run: {name: [one per seed]}.
     progress=True shows one bar that counts the runs, labelled with the task, and the step and
-    loss of each run going on; workers > 1 trains that many at once (training.run_each: the
+    loss of each run going on; workers > 1 trains that many at once (runs.run_each: the
     same losses). background=True returns at once, the runs going on in one other process:
-    `.results()` gives the dict (training.start_each)."""
+    `.results()` gives the dict (runs.start_each)."""
     require_items("seeds", seeds)
     require_choice("task", task, TASKS)  # here, before any run starts (in the background too)
     require_count("n_sequences", n_sequences)

@@ -142,8 +142,8 @@ def classify(call: Call) -> tuple[str, str]:
 # ------------------------------------------------------------------ what to call
 
 from course_lib import (attention, attention_graph, attention_scores, claims, copying, logic_rules,  # noqa: E402
-                        masks, measure, model, multi_head, normalization, permutation, plots,
-                        positional_encoding, torch_copy, training, transformer)
+                        masks, measure, model, multi_head, normalization, optimizers, permutation, plots,
+                        positional_encoding, runs, torch_copy, training, transformer)
 
 g = torch.Generator().manual_seed(0)
 
@@ -586,9 +586,9 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
     ("claims", "at_most", lambda: claims.at_most, lambda: dict(value=0.05, limit=0.1)),
     ("training", "train", lambda: training.train,
      lambda: _train_args()),
-    ("training", "run_each", lambda: training.run_each,
+    ("runs", "run_each", lambda: runs.run_each,
      lambda: dict(job=abs, items=[1, -2], workers=1, progress=False, names=["a", "b"])),
-    ("training", "start_each", lambda: training.start_each,
+    ("runs", "start_each", lambda: runs.start_each,
      lambda: dict(job=abs, items=[1, -2], progress=False, names=["a", "b"], finish=list)),
     ("plots", "heatmap", lambda: plots.heatmap,
      lambda: dict(matrix=weights(2, 3), row_labels=["a", "b"], col_labels=["x", "y", "z"], title="t")),
@@ -1246,15 +1246,15 @@ CASES: list[Call] = [
          lambda: training.train(**{**_train_args(), "loss_of_step": lambda step: 1.0})),
     case("training", "train", "parameters an int tensor", "parameters",
          lambda: training.train(**{**_train_args(), "parameters": [torch.zeros(3, dtype=torch.int64)]})),
-    case("training", "Adam", "betas out of range", "betas", lambda: training.Adam([torch.zeros(3, requires_grad=True)], 0.1, (1.0, 0.9))),
-    case("training", "Adam", "lr=-1", "lr", lambda: training.Adam([torch.zeros(3, requires_grad=True)], -1.0)),
-    case("training", "Adam", "eps=0", "eps", lambda: training.Adam([torch.zeros(3, requires_grad=True)], 0.1, eps=0.0)),
-    case("training", "SGD", "lr nan", "lr", lambda: training.SGD([torch.zeros(3, requires_grad=True)], math.nan)),
-    case("training", "run_each", "workers=0", "workers", lambda: training.run_each(abs, [1], workers=0)),
-    case("training", "run_each", "names of the wrong count", "names", lambda: training.run_each(abs, [1, 2], names=["a"])),
-    case("training", "run_each", "job not callable", "job", lambda: training.run_each(3, [1])),
-    case("training", "run_each", "a lambda on 2 workers (it cannot go to another process)", "job",
-         lambda: training.run_each(lambda seed: seed, [1, 2], workers=2)),
+    case("optimizers", "Adam", "betas out of range", "betas", lambda: optimizers.Adam([torch.zeros(3, requires_grad=True)], 0.1, (1.0, 0.9))),
+    case("optimizers", "Adam", "lr=-1", "lr", lambda: optimizers.Adam([torch.zeros(3, requires_grad=True)], -1.0)),
+    case("optimizers", "Adam", "eps=0", "eps", lambda: optimizers.Adam([torch.zeros(3, requires_grad=True)], 0.1, eps=0.0)),
+    case("optimizers", "SGD", "lr nan", "lr", lambda: optimizers.SGD([torch.zeros(3, requires_grad=True)], math.nan)),
+    case("runs", "run_each", "workers=0", "workers", lambda: runs.run_each(abs, [1], workers=0)),
+    case("runs", "run_each", "names of the wrong count", "names", lambda: runs.run_each(abs, [1, 2], names=["a"])),
+    case("runs", "run_each", "job not callable", "job", lambda: runs.run_each(3, [1])),
+    case("runs", "run_each", "a lambda on 2 workers (it cannot go to another process)", "job",
+         lambda: runs.run_each(lambda seed: seed, [1, 2], workers=2)),
     case("training", "progress_bar", "total=0", "total", lambda: training.progress_bar(0)),
     case("plots", "heatmap", "labels of the wrong count", "row_labels", lambda: plots.heatmap(weights(2, 3), ["a"], ["x", "y", "z"])),
     case("plots", "heatmap", "rank-3 matrix", "matrix", lambda: plots.heatmap(weights(2, 2, 3), ["a", "b"], ["x", "y", "z"])),
@@ -1309,7 +1309,7 @@ def test_the_census_covers_every_module_and_enough_calls():
     assert len(ALL_CALLS) >= 300
     assert set(MODULES) >= {"attention_scores", "attention", "torch_copy", "masks", "measure", "model", "permutation", "positional_encoding",
                             "normalization", "copying", "logic_rules", "multi_head", "transformer",
-                            "attention_graph", "claims", "training", "plots"}
+                            "attention_graph", "claims", "training", "optimizers", "runs", "plots"}
 
 
 def test_the_classifier_tells_the_kinds_apart():

@@ -19,7 +19,7 @@ from course_lib.logic_rules import (
     symmetric_gram, train_rule_model, train_rule_models, trained_rules_right, xor_residue)
 from course_lib.model import DecoderOnly, ModelConfig
 from course_lib.training import IGNORE
-from course_lib.training import run_each
+from course_lib.runs import run_each
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,8 @@ from course_lib.measure import (OperationCounter, future_perturbation, influence
                                 operations_per_score, prefix_outputs, seconds_per_score, train_next_token)
 from course_lib.model import DecoderOnly, LearnedPositions, ModelConfig
 from course_lib.torch_copy import to_torch, to_torch_mha_mask
-from course_lib.training import run_each, train_tiny_model
+from course_lib.runs import run_each
+from course_lib.training import train_tiny_model
 from tensors import DTYPES, TOL, random_qkv
 
 

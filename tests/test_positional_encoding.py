@@ -240,9 +240,9 @@ def test_rotary_scheme_gives_apply_ropes_digits_for_every_shape_and_dtype_it_has
 
 
 def test_adam_of_the_training_loop_is_the_per_parameter_rule_to_1e_12():
-    """course_lib.training.Adam against Adam written out one parameter at a time (float64); a
+    """course_lib.optimizers.Adam against Adam written out one parameter at a time (float64); a
     parameter's step count t counts only the steps on which it had a gradient, as in torch."""
-    from course_lib.training import Adam
+    from course_lib.optimizers import Adam
 
     gen = torch.Generator().manual_seed(4)
     shapes = [(16, 32), (64, 32), (32,), (), (5, 3)]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib import training
-from course_lib.training import run_each, start_each, train
+from course_lib import optimizers, runs, training
+from course_lib.runs import run_each, start_each
+from course_lib.training import train
 
 
 def _problem(seed: int):
@@ -46,7 +47,7 @@ def test_adams_flat_step_is_bit_for_bit_its_per_parameter_step():
     flat = [torch.randn(s, generator=gen) for s in shapes]
     apart = [p.clone() for p in flat]
     idle = torch.zeros(2)  # never gets a gradient, so its Adam takes the per-parameter path
-    flat_rule, apart_rule = training.Adam(flat, 0.02), training.Adam(apart + [idle], 0.02)
+    flat_rule, apart_rule = optimizers.Adam(flat, 0.02), optimizers.Adam(apart + [idle], 0.02)
     assert flat_rule.flat_m is not None
     for _ in range(40):
         for p, q in zip(flat, apart):
@@ -70,7 +71,7 @@ def test_adam_equals_torchs_step_for_step_when_parameters_skip_gradients(seed):
     lr, betas, eps = 10 ** (-3 + 2 * rand()), (0.5 + 0.49 * rand(), 0.9 + 0.0999 * rand()), 10 ** (-10 + 4 * rand())
     ours = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
     theirs = [p.clone().requires_grad_(True) for p in ours]
-    rule, torch_rule = training.Adam(ours, lr, betas, eps), torch.optim.Adam(theirs, lr=lr, betas=betas, eps=eps)
+    rule, torch_rule = optimizers.Adam(ours, lr, betas, eps), torch.optim.Adam(theirs, lr=lr, betas=betas, eps=eps)
     skip = rand() * 0.7  # how often a parameter gets no gradient
     for step in range(40):
         for p, q in zip(ours, theirs):
@@ -146,7 +147,7 @@ def test_bad_arguments_are_named(kwargs, error, message):
 def test_adams_bad_settings_are_named(kwargs, error, message):
     arguments = {"parameters": [torch.zeros(2)], "lr": 0.1} | kwargs
     with pytest.raises(error, match=message):
-        training.Adam(**arguments)
+        optimizers.Adam(**arguments)
 
 
 def test_no_parameters_is_named():
@@ -259,7 +260,8 @@ def bars(monkeypatch) -> list[ShownBar]:
         made.append(ShownBar(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(training, "progress_bar", progress_bar)
+    for module in (training, runs):  # the loop's bar and run_each's board
+        monkeypatch.setattr(module, "progress_bar", progress_bar)
     return made
 
 
