@@ -2,8 +2,9 @@
 
 One module per lesson, imported by its notebook; a lesson's module imports only the modules
 of earlier lessons (and torch), so the layers of the code follow the course:
-    attention_scores     01  softmax, scores, THE attention (mask, bias, scale)
-    attention            01  the Attention layer: projections, n_heads heads (lesson 08), KV cache
+    attention            01  THE attention path (attend: mask, bias, scale), the Attention layer
+                             on it (projections, n_heads heads of lesson 08, KV cache), causal_mask
+    attention_scores     01  softmax, scores and attention as checked functions; why sqrt(d_k)
     masks                02  padding and causal masks, the three uses of attention, additive
                              attention
     model                02  the course's model: config, FeedForward, Block, the decoder-only

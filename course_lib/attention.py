@@ -1,23 +1,94 @@
-"""The course's attention layer: four projections, n_heads heads, and the KV cache. It runs lesson
-01's one attention path (course_lib.attention_scores); every model of the course is built from it.
+"""The course's one attention path and its layer. `attend` is softmax(q k^T * scale + bias, masked) v
+on checked input: every attention of the course runs it (lesson 01's scaled_dot_product_attention
+checks its arguments and calls it). `Attention` adds the four projections, n_heads heads and the
+KV cache; every model of the course is built from it. `causal_mask` is what a decoder's layer reads.
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from .attention_scores import _attend, check_mask_and_bias, default_scale
-from .guards import (broadcast_shape, require_bool, require_count, require_float, require_same_dtype, require_tensor,
-                     require_width)
+from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_float, require_mask,
+                     require_same_dtype, require_tensor, require_width)
 
 Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k) -> (q, k), turned by position
 # A KV cache: one layer's kept keys and values {"k": ..., "v": ...}, empty before the first call.
 Cache = dict[str, Tensor]
 
+
+# ---------------------------------------------------------------- the one attention path, on checked input
+
+def default_scale(d_k: int) -> float:
+    """1/sqrt(d_k): keeps q.k at unit variance when q and k have independent unit-variance entries."""
+    return 1.0 / math.sqrt(d_k)
+
+
+def softmax_weights(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Tensor:
+    """softmax along `dim` with mask (True = keep), on checked input: lesson 01's `softmax` checks and
+    calls it. Every step makes a new tensor (so torch.func.vmap works)."""
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -math.inf)
+    if stable:
+        # Subtracting each slice's maximum changes no weight but keeps exp() from overflowing; an
+        # all -inf slice gets the most negative float as maximum, so exp gives 0, not NaN.
+        row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
+        exps = (logits - row_max).exp_()  # in place on a new tensor: one scores-sized buffer less
+    else:
+        exps = logits.exp()
+    total = exps.sum(dim=dim, keepdim=True)
+    # A slice with no finite logit sums to 0 (stable: any other sums to >= 1): dividing it by 1
+    # gives zero weights and a zero gradient instead of NaN.
+    total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
+    return exps / total
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+           scale: float) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale + bias, masked) v on checked input: the lines every attention of the course
+    runs (lesson 01's scaled_dot_product_attention checks its arguments and calls it). Returns (output
+    (..., T, d_v), weights (..., T, S))."""
+    scores = _product(q * scale, k.mT)  # (..., T, S); scaling q is cheaper than the scores
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    weights = softmax_weights(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
+    return _product(weights, v), weights  # (..., T, d_v)
+
+
+def _product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b. Two (B, n, m) and (B, m, p) go straight to torch.bmm, which @ would call after
+    checking, expanding and reshaping them: at a sentence's size those steps cost more than the
+    product itself, and the numbers are the same."""
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
+    return a @ b
+
+
+def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the scores."""
+    if mask is not None:
+        float_mask = "; for a float (additive) mask, pass it as bias="
+        require_broadcasts_to("mask", require_mask("mask", mask, hint=float_mask), scores_shape, "scores")
+    if bias is not None:
+        require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
+
+
+def causal_mask(T: int, S: int | None = None) -> Tensor:
+    """(T, S) boolean, True on and below the diagonal: query t may attend to keys 0..t.
+
+    S defaults to T. For S != T the diagonal starts at the top-left corner, as torch's
+    scaled_dot_product_attention(is_causal=True) does.
+    """
+    T = require_count("T", T, minimum=0)
+    S = T if S is None else require_count("S", S, minimum=0)
+    return torch.ones(T, S, dtype=torch.bool).tril()  # (T, S)
+
+
+# ---------------------------------------------------------------- the layer
 
 def _split_heads(x: Tensor, n_heads: int) -> Tensor:
     """(..., T, H * d_head) -> (..., H, T, d_head): columns h*d_head .. (h+1)*d_head - 1 are head h.
@@ -62,9 +133,9 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
         mask = self.check_input(x, memory, mask, bias, rotate)
-        return self.attend(x, memory, mask, bias, rotate)
+        return self.run(x, memory, mask, bias, rotate)
 
-    def attend(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+    def run(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                bias: Tensor | None = None, rotate: Rotation | None = None,
                cache: Cache | None = None) -> tuple[Tensor, Tensor]:
         """forward on checked input (Block.run calls it: its model or its forward checked). cache: self-attention
@@ -82,7 +153,7 @@ class Attention(nn.Module):
             q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
         if rotate is not None:
             q, k = rotate(q, k)
-        out, weights = _attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
+        out, weights = attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
         return self.out(out if self.n_heads is None else _merge_heads(out)), weights  # (..., T, D)
 
     def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None,

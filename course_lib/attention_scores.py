@@ -1,10 +1,10 @@
-"""Lesson 01: queries, keys, values, the score matrix, and the course's one attention path.
+"""Lesson 01: queries, keys, values, the score matrix, softmax, and attention as a function.
 
-Everything that attends in course_lib comes through here: `softmax` is the one (masked)
-softmax, `scaled_dot_product_attention` the one attention computation (course_lib.attention's
-layer, with its projections and heads, runs the same lines). Later lessons build their variants
-(masked, biased, rotated, cross, deliberately broken) by passing arguments to these, never by
-writing attention again.
+`softmax` and `scaled_dot_product_attention` check their arguments and run the course's one
+attention path, course_lib.attention's `softmax_weights` and `attend`: the Attention layer, with
+its projections and heads, runs the same lines. Later lessons build their variants (masked,
+biased, rotated, cross, deliberately broken) by passing arguments to these, never by writing
+attention again.
 
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
@@ -12,14 +12,14 @@ Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_dim, require_float,
-                     require_index, require_mask, require_number, require_same_dtype)
+from .attention import attend, check_mask_and_bias, default_scale, softmax_weights
+from .guards import (broadcast_shape, require_bool, require_count, require_dim, require_float, require_index,
+                     require_number, require_same_dtype)
 from .training import train
 
 
@@ -37,25 +37,7 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
                          "there is nothing to share the weight 1 among")
     check_mask_and_bias(mask, None, tuple(logits.shape))
-    return _softmax(logits, dim, mask, stable)
-
-
-def _softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Tensor:
-    """The softmax itself, on checked input: every step makes a new tensor (so torch.func.vmap works)."""
-    if mask is not None:
-        logits = logits.masked_fill(~mask, -math.inf)
-    if stable:
-        # Subtracting each slice's maximum changes no weight but keeps exp() from overflowing; an
-        # all -inf slice gets the most negative float as maximum, so exp gives 0, not NaN.
-        row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        exps = (logits - row_max).exp_()  # in place on a new tensor: one scores-sized buffer less
-    else:
-        exps = logits.exp()
-    total = exps.sum(dim=dim, keepdim=True)
-    # A slice with no finite logit sums to 0 (stable: any other sums to >= 1): dividing it by 1
-    # gives zero weights and a zero gradient instead of NaN.
-    total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
-    return exps / total
+    return softmax_weights(logits, dim, mask, stable)
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -83,11 +65,6 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> torch.Size:
     if v is not None:
         broadcast_shape("q's and k's batch dimensions", batch, "v's batch dimensions", v.shape[:-2])
     return batch
-
-
-def default_scale(d_k: int) -> float:
-    """1/sqrt(d_k): keeps q.k at unit variance when q and k have independent unit-variance entries."""
-    return 1.0 / math.sqrt(d_k)
 
 
 def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
@@ -119,35 +96,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     batch = check_qkv(q, k, require_float("v", v, min_rank=2))
     scale = default_scale(q.shape[-1]) if scale is None else require_number("scale", scale, positive=True)
     check_mask_and_bias(mask, bias, tuple(batch) + (q.shape[-2], k.shape[-2]))
-    return _attend(q, k, v, mask, bias, scale)
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
-           scale: float) -> tuple[Tensor, Tensor]:
-    """scaled_dot_product_attention on checked input: the lines every layer of the course runs."""
-    scores = _product(q * scale, k.mT)  # (..., T, S); scaling q is cheaper than the scores
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
-    weights = _softmax(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
-    return _product(weights, v), weights  # (..., T, d_v)
-
-
-def _product(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b. Two (B, n, m) and (B, m, p) go straight to torch.bmm, which @ would call after
-    checking, expanding and reshaping them: at a sentence's size those steps cost more than the
-    product itself, and the numbers are the same."""
-    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
-        return torch.bmm(a, b)
-    return a @ b
-
-
-def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the scores."""
-    if mask is not None:
-        float_mask = "; for a float (additive) mask, pass it as bias="
-        require_broadcasts_to("mask", require_mask("mask", mask, hint=float_mask), scores_shape, "scores")
-    if bias is not None:
-        require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
+    return attend(q, k, v, mask, bias, scale)
 
 
 def entropy(weights: Tensor, dim: int = -1) -> Tensor:

@@ -559,9 +559,9 @@ def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = 
     queries_from = embedded if embedding_only == "query" else residual
     keys_from = embedded if embedding_only == "key" else residual
     # Layer 2 as cross-attention from queries_from to keys_from: the weights need no values
-    _, weights = second.attention.attend(second.before(second.attention_norm, queries_from),
-                                         second.before(second.attention_norm, keys_from), mask, bias,
-                                         model.positions.rotate)
+    _, weights = second.attention.run(second.sublayer_input(second.attention_norm, queries_from),
+                                      second.sublayer_input(second.attention_norm, keys_from), mask, bias,
+                                      model.positions.rotate)
     return weights  # (B, [H,] T, T)
 
 
@@ -586,11 +586,11 @@ def run_ablated(model: DecoderOnly, ids: Tensor, layer: int | None = None, how: 
     require_choice("how", how, ("zero", "mean"))
     outs: list[Tensor] = []
 
-    def attend_then_record(attention: Attention, k: int):
-        attend = attention.attend  # the layer's own, bound method
+    def run_then_record(attention: Attention, k: int):
+        run = attention.run  # the layer's own, bound method
 
         def knocked(*args, **kwargs) -> tuple[Tensor, Tensor]:
-            out, weights = attend(*args, **kwargs)  # (B, T, D), (B, T, S)
+            out, weights = run(*args, **kwargs)  # (B, T, D), (B, T, S)
             outs.append(out)
             if k == layer:
                 out = torch.zeros_like(out) if how == "zero" else out.mean(0, keepdim=True).expand_as(out)
@@ -599,12 +599,12 @@ def run_ablated(model: DecoderOnly, ids: Tensor, layer: int | None = None, how: 
 
     # The model's own forward pass, with each layer's attention call wrapped for this one run.
     for k, block in enumerate(model.layers):
-        block.attention.attend = attend_then_record(block.attention, k)
+        block.attention.run = run_then_record(block.attention, k)
     try:
         return model(ids), outs  # (B, T, V), one (B, T, D) per layer
     finally:
         for block in model.layers:
-            del block.attention.attend  # back to the class's method
+            del block.attention.run  # back to the class's method
 
 
 def position_losses(logits: Tensor, targets: Tensor) -> Tensor:

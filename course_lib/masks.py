@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .attention import Attention
+from .attention import Attention, causal_mask  # causal_mask: a decoder layer's, defined beside it
 from .attention_scores import softmax
 from .guards import (broadcast_shape, require_broadcasts_to, require_choice, require_count, require_float,
                      require_float_dtype, require_instance, require_integer, require_mask, require_number,
@@ -30,18 +30,6 @@ from .guards import (broadcast_shape, require_broadcasts_to, require_choice, req
 from .training import train
 
 # ------------------------------------------------------------------ building masks
-
-
-def causal_mask(T: int, S: int | None = None) -> Tensor:
-    """(T, S) boolean, True on and below the diagonal: query t may attend to keys 0..t.
-
-    S defaults to T. For S != T the diagonal starts at the top-left corner, as torch's
-    scaled_dot_product_attention(is_causal=True) does.
-    """
-    T = require_count("T", T, minimum=0)
-    S = T if S is None else require_count("S", S, minimum=0)
-    return torch.ones(T, S, dtype=torch.bool).tril()  # (T, S)
-
 
 def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -> Tensor:
     """(B, 1, S) boolean, True where key s of sequence b is a real token, False on padding.

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import Attention, Cache, Rotation
+from .attention import Attention, Cache, Rotation, causal_mask
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_length_fits,
                      require_mask, require_number, require_same_dtype, require_token_ids, require_width)
-from .masks import causal_mask
 
 NORMS = ("none", "post", "pre")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the schemes of lesson 04; two are built here
@@ -93,20 +92,23 @@ class Block(nn.Module):
             memory_mask: Tensor | None = None, bias: Tensor | None = None, rotate: Rotation | None = None,
             cache: tuple[Cache, Cache] | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         kept, kept_memory = cache or (None, None)  # a KV cache: x holds only the newest positions
-        out, weights = self.attention.attend(self.before(self.attention_norm, x), None, mask, bias, rotate, kept)
-        x, cross_weights = self.after(self.attention_norm, x, out), None  # (B, T, D); weights (B, [H,] T, S)
+        out, weights = self.attention.run(self.sublayer_input(self.attention_norm, x), None, mask, bias, rotate, kept)
+        x, cross_weights = self.add_to_stream(self.attention_norm, x, out), None  # (B, T, D); weights (B, [H,] T, S)
         if self.cross_attention is not None:
-            out, cross_weights = self.cross_attention.attend(self.before(self.cross_norm, x), memory, memory_mask,
-                                                             cache=kept_memory)
-            x = self.after(self.cross_norm, x, out)  # (B, T, D); cross_weights (B, [H,] T, S)
+            out, cross_weights = self.cross_attention.run(self.sublayer_input(self.cross_norm, x), memory, memory_mask,
+                                                          cache=kept_memory)
+            x = self.add_to_stream(self.cross_norm, x, out)  # (B, T, D); cross_weights (B, [H,] T, S)
         if self.ffn is not None:
-            x = self.after(self.ffn_norm, x, self.ffn.run(self.before(self.ffn_norm, x)))
+            x = self.add_to_stream(self.ffn_norm, x, self.ffn.run(self.sublayer_input(self.ffn_norm, x)))
         return x, weights, cross_weights
 
-    def before(self, norm: nn.Module | None, x: Tensor) -> Tensor:  # pre-LN normalizes a sublayer's input only
+    def sublayer_input(self, norm: nn.Module | None, x: Tensor) -> Tensor:
+        """What a sublayer reads from the residual stream x: x itself, or LN(x) in pre-LN."""
         return norm(x) if self.norm == "pre" else x
 
-    def after(self, norm: nn.Module | None, x: Tensor, out: Tensor) -> Tensor:  # post-LN normalizes the sum
+    def add_to_stream(self, norm: nn.Module | None, x: Tensor, out: Tensor) -> Tensor:
+        """The residual stream after a sublayer: x + out (out alone when residual=False), then LN of
+        that sum in post-LN."""
         x = x + out if self.residual else out
         return norm(x) if self.norm == "post" else x
 
@@ -135,13 +137,20 @@ class DecoderOnly(nn.Module):
     def last_weights(self) -> Tensor | None:
         return self.layer_weights[0] if self.layer_weights else None
 
-    def forward(self, ids: Tensor) -> Tensor:
-        T = require_ids(ids, self.config)
-        x = self.positions.add(self.tokens(ids).to(self.readout.weight.dtype))  # (B, T, D)
-        mask, bias = causal_mask(T) if self.config.causal else None, self.positions.score_bias(T)  # (T, T)
+    def forward(self, ids: Tensor, caches: list[Cache] | None = None) -> Tensor:
+        """ids (B, T) -> logits (B, T, V). caches: one dict per block, empty at first, as
+        EncoderDecoder.decode takes them: ids then holds only the positions after the kept ones, whose
+        keys and values each block reuses (and extends by these)."""
+        start = require_caches(caches, self)  # positions kept before
+        T = require_ids(ids, self.config, start=start)
+        x = self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
+        mask = causal_mask(start + T)[start:] if self.config.causal else None  # (T, start + T): the new rows
+        bias = self.positions.score_bias(start + T)  # (start + T, start + T) or None
+        bias = bias if bias is None else bias[..., start:, :]  # (T, start + T)
         self.layer_weights = []
-        for block in self.layers:
-            x, weights, _ = block.run(x, mask, bias=bias, rotate=self.positions.rotate)
+        for i, block in enumerate(self.layers):
+            kept = None if caches is None else (caches[i], None)
+            x, weights, _ = block.run(x, mask, bias=bias, rotate=self.positions.rotate, cache=kept)
             self.layer_weights.append(weights.detach())
         return self.readout(x if self.norm is None else self.norm(x))  # (B, T, V)
 
@@ -164,9 +173,9 @@ class EncoderDecoder(nn.Module):
             self.readout = nn.Linear(D, config.vocab_size)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        src_mask = require_inputs(self.config, src, tgt_in, src_mask)  # (B, S) or None
-        memory = self._encode(self._embed(src), src_mask)  # (B, S, D)
-        return self.readout(self._decode(self._embed(tgt_in), memory, src_mask)[0])  # (B, T, V)
+        keys = require_inputs(self.config, src, tgt_in, src_mask)  # (B, 1, [1,] S) or None
+        memory = self._encode(self._embed(src), keys)  # (B, S, D)
+        return self.readout(self._decode(self._embed(tgt_in), memory, keys)[0])  # (B, T, V)
 
     def embed(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) at positions start .. start + T - 1 -> (B, T, D): token plus position."""
@@ -175,7 +184,7 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """x: (B, S, D) -> memory (B, S, D). src_mask: True = real token, (B, S) or padding_mask's (B, 1, S)."""
-        return self._encode(x, require_src_mask(src_mask, require_vectors("x", x, self)))
+        return self._encode(x, require_src_mask(src_mask, require_vectors("x", x, self), self.config.n_heads))
 
     def decode(self, y: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                caches: list[tuple[Cache, Cache]] | None = None) -> tuple[Tensor, Tensor]:
@@ -187,24 +196,24 @@ class EncoderDecoder(nn.Module):
             raise ValueError(f"y {tuple(y.shape)} and memory {tuple(memory.shape)} must have the same batch size B")
         if caches is not None and (not isinstance(caches, list) or len(caches) != len(self.decoder)):
             raise ValueError(f"caches must be a list of {len(self.decoder)} (dict, dict) pairs, one per block")
-        return self._decode(y, memory, require_src_mask(src_mask, memory), caches)
+        return self._decode(y, memory, require_src_mask(src_mask, memory, self.config.n_heads), caches)
 
     def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
         return self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
 
-    def _encode(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+    def _encode(self, x: Tensor, keys: Tensor | None) -> Tensor:
+        """keys: which source positions are real, as the weights read it, (B, 1, [1,] S), or None."""
         for block in self.encoder:
-            x = block.run(x, keys_mask(src_mask, self.config.n_heads))[0]  # (B, S, D)
+            x = block.run(x, keys)[0]  # (B, S, D)
         return self.encoder_norm(x)
 
-    def _decode(self, y: Tensor, memory: Tensor, src_mask: Tensor | None,
+    def _decode(self, y: Tensor, memory: Tensor, keys: Tensor | None,
                 caches: list[tuple[Cache, Cache]] | None = None) -> tuple[Tensor, Tensor]:
         start = caches[0][0]["k"].shape[-2] if caches and caches[0][0] else 0  # positions decoded before
         mask = causal_mask(start + y.shape[-2])[start:]  # (T, start + T): the new rows only
-        memory_mask = keys_mask(src_mask, self.config.n_heads)  # (B, 1, [1,] S)
         cross_weights = None
         for i, block in enumerate(self.decoder):
-            y, _, cross_weights = block.run(y, mask, memory, memory_mask, cache=caches[i] if caches else None)
+            y, _, cross_weights = block.run(y, mask, memory, keys, cache=caches[i] if caches else None)
         return self.decoder_norm(y), cross_weights  # (B, T, D), (B, [H,] T, S)
 
 
@@ -246,13 +255,6 @@ class LearnedPositions(Positions):
 
     def add(self, x: Tensor, start: int = 0) -> Tensor:
         return x + self.table.weight[start:start + x.shape[-2]]  # (..., T, D)
-
-
-def keys_mask(src_mask: Tensor | None, n_heads: int | None) -> Tensor | None:
-    """(B, S) real-token mask -> the same for every query (and head): (B, 1, S) or (B, 1, 1, S)."""
-    if src_mask is None:
-        return None
-    return src_mask[:, None] if n_heads is None else src_mask[:, None, None]  # (B, 1, S) or (B, 1, 1, S)
 
 
 # ---------------------------------------------------------------- the models' input checks, once
@@ -306,23 +308,40 @@ def require_vectors(name: str, x: Tensor, model: nn.Module) -> Tensor:
     return x
 
 
-def require_src_mask(src_mask: Tensor | None, source: Tensor) -> Tensor | None:
-    """src_mask: None, bool (B, S) or padding_mask's (B, 1, S) for source (B, S[, D]); returns (B, S)."""
+def require_src_mask(src_mask: Tensor | None, source: Tensor, n_heads: int | None) -> Tensor | None:
+    """src_mask: None, bool (B, S) or padding_mask's (B, 1, S) for source (B, S[, D]). Returns it as
+    every query (and head) reads it: (B, 1, S), or (B, 1, 1, S) with heads."""
     if src_mask is None:
         return None
-    given = tuple(require_mask("src_mask", src_mask, 2, 3).shape)
-    if src_mask.dim() == 3 and src_mask.shape[1] == 1:
-        src_mask = src_mask[:, 0]  # (B, 1, S) -> (B, S): padding_mask's query axis goes
-    if src_mask.shape != source.shape[:2]:
-        raise ValueError(f"src_mask of shape {given} must be (B, S) = {tuple(source.shape[:2])} "
+    require_mask("src_mask", src_mask, 2, 3)
+    B, S = source.shape[:2]
+    if tuple(src_mask.shape) not in ((B, S), (B, 1, S)):
+        raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} must be (B, S) = {(B, S)} "
                          "(or padding_mask's (B, 1, S)), one entry per source token")
-    return src_mask
+    keys = src_mask if src_mask.dim() == 3 else src_mask[:, None]  # (B, 1, S): the same for every query
+    return keys if n_heads is None else keys[:, None]  # (B, 1, 1, S): and for every head
+
+
+def require_caches(caches: list[Cache] | None, model: DecoderOnly) -> int:
+    """caches: None, or one dict per block of a causal model with positions added to its tokens;
+    returns how many positions they keep."""
+    if caches is None:
+        return 0
+    if not isinstance(caches, list) or len(caches) != len(model.layers) or not all(isinstance(c, dict) for c in caches):
+        raise ValueError(f"caches must be a list of {len(model.layers)} dicts, one per block (empty at first)")
+    if not model.config.causal:
+        raise ValueError("caches need config.causal=True: without the mask, kept positions would see later ones")
+    if type(model.positions).rotate is not Positions.rotate:
+        raise ValueError("caches need positions added to the tokens or a score bias: a rotation is not given "
+                         "the kept positions' offsets here")
+    return caches[0]["k"].shape[-2] if caches[0] else 0
 
 
 def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None) -> Tensor | None:
-    """src (B, S) and tgt_in (B, T) token ids of one batch, src_mask as require_src_mask; returns (B, S)."""
+    """src (B, S) and tgt_in (B, T) token ids of one batch, src_mask as require_src_mask, which gives
+    what this returns."""
     require_ids(src, config, "src")
     require_ids(tgt_in, config, "tgt_in")
     if src.shape[0] != tgt_in.shape[0]:
         raise ValueError(f"src {tuple(src.shape)} and tgt_in {tuple(tgt_in.shape)} must have the same batch size B")
-    return require_src_mask(src_mask, src)
+    return require_src_mask(src_mask, src, config.n_heads)

@@ -196,7 +196,7 @@ class ResPostBlock(Block):
     """x = x + LN(f(x)): each sublayer's output is normalized, the residual stream never is. The
     layout the lesson's source post gives (Swin v2 calls it res-post-norm); made by res_post."""
 
-    def after(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
+    def add_to_stream(self, norm: nn.Module, x: Tensor, out: Tensor) -> Tensor:
         return x + norm(out)
 
 
@@ -211,7 +211,7 @@ def res_post(block: Block) -> ResPostBlock:
     """A copy of the post-LN `block` in the res-post layout: the same weights, the norms moved."""
     require_instance("block", block, Block)
     variant = copy.deepcopy(block)
-    variant.__class__ = ResPostBlock  # same modules and weights; only `after` differs
+    variant.__class__ = ResPostBlock  # same modules and weights; only `add_to_stream` differs
     return variant
 
 

@@ -346,12 +346,12 @@ def greedy_decode(model: EncoderDecoder | DecoderOnly, src: Tensor, steps: int, 
             raise ValueError("src_mask must be None for a DecoderOnly: its sources are not padded")
         if not model.config.causal:
             raise ValueError("model.config.causal must be True: greedy decoding writes one token after another")
-        if type(model.positions).rotate is not Positions.rotate or model.positions.score_bias(1) is not None:
-            raise ValueError("model's positions must be added to the tokens (none, learned or sinusoidal): "
-                             "rotations and score biases are not given the cached positions here")
+        if cache and type(model.positions).rotate is not Positions.rotate:
+            raise ValueError("cache must be False for a model whose positions rotate queries and keys (RoPE): "
+                             "a rotation is not given the kept positions' offsets here")
         require_length_fits(src.shape[1] + steps, model.config.max_len, "model", "src, SEP and steps - 1 tokens")
         return _continue(model, src, steps, cache)
-    src_mask = require_src_mask(src_mask, src)  # (B, S), as encode and forward read it
+    require_src_mask(src_mask, src, model.config.n_heads)  # refused here, before any step, as forward would
     require_length_fits(steps, model.config.max_len, "model", "steps")
     memory = model.encode(model.embed(src), src_mask)  # (B, S, D)
     prefix = torch.full((src.shape[0], 1), BOS)  # (B, 1)
@@ -377,27 +377,12 @@ def _continue(model: DecoderOnly, src: Tensor, steps: int, cache: bool) -> Decod
     caches: list[dict] = [{} for _ in model.layers]  # per block: self-attention's keys and values
     logits, weights = [], []
     for _ in range(steps):
-        if cache:
-            start = caches[0]["k"].shape[-2] if caches[0] else 0  # positions already kept
-            last, attended = _cached_rows(model, sequence[:, start:], start, caches)
-        else:
-            last, attended = model(sequence)[:, -1], model.layer_weights[-1][..., -1, :]  # (B, V), (B, [H,] L)
+        start = caches[0]["k"].shape[-2] if cache and caches[0] else 0  # positions already kept
+        last = model(sequence[:, start:], caches if cache else None)[:, -1]  # (B, V)
         logits.append(last)
-        weights.append(attended[..., :S])  # (B, [H,] S): the newest row's weights on the source
+        weights.append(model.layer_weights[-1][..., -1, :S])  # (B, [H,] S): the newest row's weights on the source
         sequence = torch.cat([sequence, last.argmax(-1, keepdim=True)], dim=1)
     return Decoding(sequence[:, S + 1:], torch.stack(logits, 1), torch.stack(weights, -2))
-
-
-def _cached_rows(model: DecoderOnly, new: Tensor, start: int, caches: list[dict]) -> tuple[Tensor, Tensor]:
-    """DecoderOnly.forward for the positions start .. start + n - 1 only, new (B, n) their ids, the
-    earlier ones' keys and values kept in `caches`: -> (the last row's logits (B, V), its weights in
-    the last block (B, [H,] start + n))."""
-    x = model.positions.add(model.tokens(new).to(model.readout.weight.dtype), start)  # (B, n, D)
-    mask = causal_mask(start + new.shape[1])[start:]  # (n, start + n): the new rows only
-    for block, kept in zip(model.layers, caches):
-        x, weights, _ = block.run(x, mask, cache=(kept, None))
-    x = x if model.norm is None else model.norm(x)
-    return model.readout(x[:, -1]), weights[..., -1, :]
 
 
 def exact_match(predicted: Tensor, answer: Tensor) -> float:

@@ -850,7 +850,7 @@ def test_run_ablated_knocks_out_one_layer_of_the_hand_set_induction_head():
     # the knockout lasts one run: the model is its own again, also after a run that raised
     with pytest.raises(ValueError):
         run_ablated(model, torch.full((2, 12), 99), 1)  # ids past the vocabulary: refused by the model
-    assert not any("attend" in vars(block.attention) for block in model.layers)
+    assert not any("run" in vars(block.attention) for block in model.layers)
     assert torch.equal(model(ids), intact)
     # layer 2's output alone, through the read-out, is the copy: the head's direct effect
     direct = outputs[1] @ model.readout.weight.T  # (B, T, V)

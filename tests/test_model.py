@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from course_lib.masks import causal_mask, padding_mask
-from course_lib.model import Block, EncoderDecoder, ModelConfig
+from course_lib.model import Block, DecoderOnly, EncoderDecoder, ModelConfig
 
 CONFIG = ModelConfig(vocab_size=9, max_len=8, d_model=8, n_heads=2, d_ff=16, norm="post",
                      n_encoder_layers=2, n_decoder_layers=2, seed=1)
@@ -98,3 +98,45 @@ def test_bad_input_to_embed_encode_and_decode_names_the_argument_and_the_problem
     call, error, message = bad_calls()[case]
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("n_heads", [None, 2])
+def test_a_decoder_only_model_fed_in_pieces_through_its_caches_gives_the_logits_of_one_pass(n_heads):
+    """DecoderOnly.forward's caches, as EncoderDecoder.decode's: 4 positions, then 1, then 2, give the
+    rows of one forward over all 7 (the one decoding path greedy_decode takes with cache=True)."""
+    model = DecoderOnly(ModelConfig(vocab_size=9, max_len=8, d_model=8, n_heads=n_heads, d_ff=16, norm="pre",
+                                    n_decoder_layers=2, seed=1)).double()
+    ids = torch.randint(9, (2, 7), generator=torch.Generator().manual_seed(0))
+    whole = model(ids)  # (B, 7, V)
+    caches = [{} for _ in model.layers]
+    pieces = [model(ids[:, a:b], caches) for a, b in ((0, 4), (4, 5), (5, 7))]
+    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-12, rtol=0)
+    assert caches[1]["k"].shape[-2] == 7  # every block kept every position
+
+
+def test_a_decoder_only_model_refuses_caches_it_cannot_use_by_name():
+    from course_lib.positional_encoding import RotaryPositions
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    model = DecoderOnly(ModelConfig(n_decoder_layers=2))
+    for caches, message in (([{}], "caches must be a list of 2 dicts"), ({}, "caches must be a list")):
+        with pytest.raises(ValueError, match=message):
+            model(ids, caches)
+    with pytest.raises(ValueError, match="caches need config.causal=True"):
+        DecoderOnly(ModelConfig(causal=False))(ids, [{}])
+    with pytest.raises(ValueError, match="caches need positions added to the tokens or a score bias"):
+        DecoderOnly(ModelConfig(positions="none"), RotaryPositions())(ids, [{}])
+    caches = [{}, {}]
+    model(torch.zeros(1, 6, dtype=torch.long), caches)
+    with pytest.raises(ValueError, match="max_len"):  # 6 kept and 3 more do not fit 8 positions
+        model(ids, caches)
+
+
+def test_importing_the_model_loads_the_model_attention_and_guards_only():
+    """A reader of the model reads what `import course_lib.model` loads: counted in a fresh process."""
+    import subprocess
+    import sys
+    count = ("import sys, course_lib.model; mods = sorted(m for m in sys.modules if m.startswith('course_lib')); "
+             "print(mods); print(sum(sum(1 for _ in open(sys.modules[m].__file__)) for m in mods))")
+    out = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(["course_lib", "course_lib.attention", "course_lib.guards", "course_lib.model"])
+    assert int(out[1]) < 800, f"import course_lib.model loads {out[1]} lines of the course (bound 800)"

@@ -594,9 +594,12 @@ def test_decoder_only_input_is_refused_clearly():
     bidirectional = DecoderOnly(config(vocab_size=11, causal=False, positions="learned"))
     with pytest.raises(ValueError, match="model.config.causal must be True"):
         greedy_decode(bidirectional, src, 2)
-    for positions in (RotaryPositions(), ALiBiPositions(0.5)):  # their cached positions would be wrong
-        with pytest.raises(ValueError, match="positions must be added to the tokens"):
-            greedy_decode(DecoderOnly(config(vocab_size=11), positions), src, 2, cache=True)
+    with pytest.raises(ValueError, match="cache must be False for a model whose positions rotate"):
+        greedy_decode(DecoderOnly(config(vocab_size=11), RotaryPositions()), src, 2, cache=True)
+    alibi = DecoderOnly(config(vocab_size=11), ALiBiPositions(0.5)).double()  # its bias rows are cut to the new ones
+    with_cache, without = greedy_decode(alibi, src, 6, cache=True), greedy_decode(alibi, src, 6)
+    assert torch.equal(with_cache.tokens, without.tokens)
+    torch.testing.assert_close(with_cache.logits, without.logits, atol=1e-12, rtol=0)
     with pytest.raises(ValueError, match="2 \\* length .* T=16 must be at most max_len=12"):
         train_transformer("reverse", config(vocab_size=11, max_len=12), steps=1, length=8, gpt=True)
     with pytest.raises(TypeError, match="gpt must be"):
