@@ -13,11 +13,14 @@ TORCH = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.installed
+# make site's own installs (and make test-all's, which tests the site): the `site` extra, and MathJax.
+SITE_STAMP := $(VENV)/.site-installed
+MATHJAX := .site/node_modules/mathjax/es5/tex-chtml-full.js
 # nbgrader runs `alembic` and jupyter runs its kernels from PATH: the venv's bin comes first.
 export PATH := $(BIN):$(PATH)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab instructor-lab test test-all grade bench stability notebooks exercises system release clean hub hub-proxy
+.PHONY: setup lab instructor-lab test test-all grade bench stability notebooks exercises system release clean hub hub-proxy site
 
 # The Python chosen is named in one line. A venv that failed half-way is removed: left with no pip,
 # the next run would only say "No module named pip". torch comes first and alone, from TORCH_INDEX
@@ -97,7 +100,7 @@ test: setup system
 # that one): their outputs must agree; then every claim for 5 seed shifts under each CPU kernel and
 # BLAS path (make stability).
 HUB_TESTS := tests/test_hub.py tests/test_hub_sizing.py
-test-all: setup system $(if $(wildcard tests/test_hub.py),hub-proxy)
+test-all: setup system $(if $(wildcard tests/test_hub.py),hub-proxy) $(if $(wildcard tests/test_site.py),$(SITE_STAMP) $(MATHJAX))
 	$(if $(wildcard tests),$(BIN)/python -m pytest $(PARALLEL) -m slow tests -q $(HUB_TESTS:%=--ignore=%))
 	$(if $(wildcard tests),$(BIN)/python -m pytest -m slow $(HUB_TESTS) -q)
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(PARALLEL) notebooks $(wildcard solutions) $(NBVAL)
@@ -129,6 +132,23 @@ bench: setup system
 # flip and each claim's smallest margin (scripts/claim_stability.py).
 stability: setup
 	$(BIN)/python scripts/claim_stability.py
+
+# The course as a static website, site/_build/html (open its index.html): the lessons with their
+# committed outputs, the exercise sets' student versions, the guides and a glossary, with search.
+# Nothing is run, so it builds in seconds (scripts/build_site.py). Sphinx and MyST-NB are the `site`
+# extra, installed here only, so make lab and make test stay as fast; MathJax comes from npm
+# (site/package-lock.json pins it) into the site itself, so its math renders with no network.
+site: setup $(SITE_STAMP) $(MATHJAX)
+	$(BIN)/python scripts/build_site.py --mathjax .site/node_modules/mathjax
+$(SITE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[site]'
+	@touch $@
+$(MATHJAX): site/package.json site/package-lock.json
+	@command -v npm >/dev/null || { echo "make site copies MathJax from npm: it needs Node.js with npm \
+	(https://nodejs.org, or Debian's nodejs and npm)" >&2; exit 1; }
+	mkdir -p .site && cp site/package.json site/package-lock.json .site/
+	cd .site && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 # One JupyterHub for a class on this machine (docs/hub.md). As root:
 # the first run makes the class from ROSTER (default hub/roster.csv: a unix user per student and
