@@ -28,7 +28,8 @@ PRIVATE = ("solutions/", "tests/", ".ci/", "grading/", "nbgrader_config.py", "sc
            "scripts/sandbox_kernel.py", "scripts/release.py", "README.student.md",
            "hub/", "scripts/hub", "scripts/student_sim.py", "docs/hub/",  # the class's hub is the instructor's
            # The guides for those who teach and maintain: they say how grading works, a map to get around it.
-           "docs/instructors.md", "docs/new-exercise.md", "docs/hub.md", "docs/maintainers.md")
+           "docs/instructors.md", "docs/new-exercise.md", "docs/hub.md", "docs/maintainers.md",
+           "site/", "scripts/build_site.py")  # the course's website is built from the instructor's copy
 LESSONS_MARK = "<!-- lessons:"
 SECRET = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END (SOLUTION|HIDDEN TESTS)", re.S)
 
@@ -63,6 +64,37 @@ def secret_lines() -> set[str]:
     return {line for line in secrets if not any(line in text for text in visible)}
 
 
+def shape(path: Path) -> list[tuple[str, str | None, str | None]]:
+    """A notebook's cells as (type, grade id, source), the source None where a solution or hidden tests
+    are to be cut out (generate_assignment changes those cells only)."""
+    cells = nbformat.read(path, as_version=4).cells
+    return [(c.cell_type, c.metadata.get("nbgrader", {}).get("grade_id"),
+             None if "### BEGIN" in c.source else c.source) for c in cells]
+
+
+def stale_sets() -> list[str]:
+    """The sets whose exercises/ notebook is not what solutions/ would now generate (a cell added,
+    removed or changed since `make exercises`)."""
+    stale = []
+    for solution in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        student = ROOT / "exercises" / solution.relative_to(ROOT / "solutions")
+        ours = shape(solution)
+        theirs = shape(student) if student.exists() else []
+        if [cell[:2] for cell in ours] != [cell[:2] for cell in theirs] or any(
+                mine[2] is not None and mine[2] != given[2] for mine, given in zip(ours, theirs)):
+            stale.append(solution.parent.name)
+    return stale
+
+
+def untracked() -> list[str]:
+    """Files of the course's code, lessons and exercise sets that git does not track: the copy (of what
+    git tracks) would leave them out."""
+    listed = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", "course_lib", "notebooks",
+                             "exercises"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return listed.splitlines()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dest", type=Path)
@@ -71,6 +103,12 @@ def main() -> None:
         sys.exit(f"{dest} is not empty: give a new folder (the release never overwrites)")
     if dest == ROOT or ROOT in dest.parents:
         sys.exit(f"{dest} is inside the course: give a folder outside it")
+    if stale := stale_sets():
+        sys.exit(f"release refused: exercises/ is older than solutions/ for {', '.join(stale)}: run "
+                 "`make exercises`, commit exercises/, then release")
+    if new := untracked():
+        sys.exit(f"release refused: git does not track {', '.join(new)}, so the copy would leave it out: "
+                 "`git add` it (or remove it), then release")
     secrets = secret_lines()
     leaks = []
     for path in public_files():

@@ -50,3 +50,13 @@ def test_the_rule_covers_every_point_value_in_use():
     used = {c.metadata.nbgrader["points"] for s in solution_sets() for c in student_version(s).cells
             if c.metadata.get("nbgrader", {}).get("grade")}
     assert used <= set(EFFORT), used - set(EFFORT)
+
+
+def test_the_readmes_lesson_table_gives_each_sets_exercises_and_points():
+    """README.md's row of each set says "<exercises>, <points> points": counted from the set's graded cells."""
+    table = (ROOT / "README.md").read_text().split("\n## Lessons\n", 1)[1].split("\n## ", 1)[0]
+    for set_name in solution_sets():
+        graded = [c.metadata.nbgrader["points"] for c in student_version(set_name).cells
+                  if c.metadata.get("nbgrader", {}).get("grade")]
+        link = f"(exercises/{set_name}/{exercise_notebook(set_name)}): {len(graded)}, {sum(graded)} points |"
+        assert link in table, f"README.md's lessons table must link set {set_name} as ...{link}"

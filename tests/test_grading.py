@@ -817,6 +817,26 @@ def test_release_is_the_course_without_answers(tmp_path):
     assert refused.returncode != 0 and "is not empty" in refused.stderr
 
 
+def test_release_refuses_stale_exercise_sets_and_files_git_does_not_track(tmp_path):
+    """An instructor who changed a set and forgot `make exercises`, or who wrote a check module and
+    forgot `git add`: the copy would ship the old set, or leave the module out, and say nothing."""
+    course = tmp_path / "course"
+    subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(course)], check=True)
+    shutil.copy(ROOT / "scripts" / "release.py", course / "scripts")  # the release as it is now, if not committed
+    release = [sys.executable, str(course / "scripts" / "release.py")]
+    solution = next((course / "solutions").glob("03_*/*.ipynb"))
+    nb = nbformat.read(solution, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("A new exercise's text."))
+    nbformat.write(nb, solution)
+    refused = subprocess.run(release + [str(tmp_path / "a")], capture_output=True, text=True)
+    assert refused.returncode != 0 and f"older than solutions/ for {solution.parent.name}" in refused.stderr
+    assert not (tmp_path / "a").exists()
+    subprocess.run(["git", "checkout", "--quiet", "--", "solutions"], cwd=course, check=True)
+    (course / "course_lib" / "checks" / "new_set.py").write_text("CHECKS = []\n")
+    refused = subprocess.run(release + [str(tmp_path / "b")], capture_output=True, text=True)
+    assert refused.returncode != 0 and "git does not track course_lib/checks/new_set.py" in refused.stderr
+
+
 @pytest.mark.slow
 def test_a_python_environment_outside_the_course_grades_correctly(tmp_path):
     """Set up as a conda user's would be: its own python (a copy, not a link to the system's) in a

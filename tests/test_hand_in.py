@@ -459,3 +459,10 @@ def test_an_earlier_answer_is_replaced_under_every_name_it_has_and_a_copy_is_not
     copied: dict = {}
     exec(RENAMED.replace("split_into_heads = heads_of", "split_into_heads = lambda x, n: heads_of(x, n)"), copied)
     assert judge(attend, collect(attend, copied["multi_head_attend"], SEED), SEED)  # another function: not replaced
+
+
+def test_an_exercise_without_an_entry_says_where_the_entry_goes():
+    """What an instructor adding an exercise meets first, if the check module lacks its Exercise."""
+    for ask in (lambda: exercise("invert_permutation", "03_permutation"), lambda: exercise("invert_permutation")):
+        with pytest.raises(KeyError, match="add an Exercise.* to EXERCISES in course_lib/checks/<set>.py"):
+            ask()

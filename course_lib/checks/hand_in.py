@@ -112,12 +112,17 @@ class Exercise:
 def exercise(name: str, set_name: str | None = None) -> Exercise:
     """The Exercise called `name`: of exercise set `set_name` ("01_attention_scores"), or of
     whichever set's checks the notebook imported."""
+    # An instructor who adds an exercise meets this first: say where its entry goes.
+    fix = "add an Exercise(...) for it to EXERCISES in course_lib/checks/<set>.py (docs/new-exercise.md)"
     if set_name is not None:
-        return importlib.import_module(f"course_lib.checks.{set_name.split('_', 1)[1]}").EXERCISES[name]
+        module = importlib.import_module(f"course_lib.checks.{set_name.split('_', 1)[1]}")
+        if name not in module.EXERCISES:
+            raise KeyError(f"no exercise called {name!r} in {module.__name__}.EXERCISES: {fix}")
+        return module.EXERCISES[name]
     for module_name, module in list(sys.modules.items()):
         if module_name.startswith("course_lib.checks.") and name in getattr(module, "EXERCISES", {}):
             return module.EXERCISES[name]
-    raise KeyError(f"no exercise called {name!r} in the exercise sets imported so far")
+    raise KeyError(f"no exercise called {name!r} in the exercise sets imported so far: {fix}")
 
 
 def hand_in(name: str, fn: Callable, inputs: str | None = None) -> None:
