@@ -2,8 +2,10 @@
 
 nbgrader's Validate (the button in a learner's notebook, and `nbgrader validate`) runs the notebook
 and lists the graded cells that fail, one after the other, with no count. `SummaryValidator` adds
-one line at the end, e.g. "Summary: 3 of 5 exercises pass their checks (3 of 9 points before hidden
-tests)": short enough for Validate's 87 characters a line.
+one line, e.g. "Summary: 3 of 5 exercises pass their checks (3 of 9 points before hidden tests)":
+short enough for Validate's 87 characters a line. The button's dialog shows it at the top, where it
+is seen without scrolling (the dialog shows about 375 px; three failures take over 1,000); the
+command prints it last, where a terminal leaves the reader.
 
 nbgrader makes its `Validator` by name in two places, the `nbgrader validate` command and the
 Validate button's server handler, and has no option to choose another class; `use_summary_validator`
@@ -39,8 +41,9 @@ def summary_line(nb: NotebookNode, log: typing.Any = None) -> str:
 class SummaryValidator(Validator):
     """nbgrader's Validator, whose results end with `summary_line` of the notebook it ran.
 
-    `validate` adds it as `results["summary"]`, and to the last failure's HTML (what the Validate
-    button's dialog shows); `validate_and_print` prints it last. When cells were changed (locked
+    `validate` adds it as `results["summary"]`, and before the first failure's HTML (the Validate
+    button's dialog shows each failure's cell, then its HTML: the line comes second, after the first
+    failing cell's two lines of code); `validate_and_print` prints it last. When cells were changed (locked
     or test cells edited), nbgrader reports that instead of failures: no summary then, since the
     counts would be of altered tests.
     """
@@ -59,8 +62,12 @@ class SummaryValidator(Validator):
         if self._summary is None or "changed" in results or "type_changed" in results:
             return results
         results["summary"] = self._summary
-        if results.get("failed"):
-            results["failed"][-1]["error"] += f"\n\n<b>{html.escape(self._summary)}</b>"
+        failed = results.get("failed")
+        if failed:
+            # It reads as the dialog's heading, though it sits under the first failing cell's code.
+            more = f"\nThe {len(failed)} failing cells follow, this one first." if len(failed) > 1 else ""
+            failed[0]["error"] = (f'<b class="tr-summary">{html.escape(self._summary)}</b>{more}\n\n'
+                                  + failed[0]["error"])
         return results
 
     def validate_and_print(self, filename: str) -> None:

@@ -61,10 +61,17 @@ def test_unanswered_stub_gets_a_short_not_written_yet_message(set_name, exercise
     assert f"CheckFailed: `{exercise}` is not written yet: replace `raise NotImplementedError()`" in result.messages[0]
 
 
+def uncoloured(lines: list[str]) -> list[str]:
+    from course_lib.checks import PLAIN, RED
+    return [line.removeprefix(RED).removesuffix(PLAIN) for line in lines]
+
+
 def test_a_failed_check_renders_as_its_symptom_alone():
-    """Step 1 of the ladder: the symptom, with the check's inputs spelled out, and a pointer to the
-    folded hint; the likely bug itself is the message's last line, and is not shown."""
-    from course_lib.checks import HINT_BELOW, WIDTH, CheckFailed, ladder
+    """Step 1 of the ladder: the symptom, with the check's inputs spelled out; the likely bug itself
+    is the message's last line, and is not shown. In a notebook (the aside shown under it) the error
+    is the symptom alone, in red; elsewhere (Validate's dialog, text only) the inputs follow in the
+    plain colour, and a line says where the likely bug is, not a fold the dialog does not have."""
+    from course_lib.checks import HINT_IN_NOTEBOOK, RED, SHOW_HINT, WIDTH, CheckFailed, ladder
     from course_lib.checks.attention_scores import check_softmax_rows
 
     with pytest.raises(CheckFailed) as caught:
@@ -73,16 +80,37 @@ def test_a_failed_check_renders_as_its_symptom_alone():
     message = str(caught.value)
     symptom, hint = ladder(message)
     assert message == f"{symptom}\n{hint}" and hint.startswith("Likely bug: softmax over the wrong axis")
-    rendered = caught.value._render_traceback_()
-    assert all(line.startswith("\x1b[31m") and line.endswith("\x1b[0m") for line in rendered)
-    shown = [line.removeprefix("\x1b[31m").removesuffix("\x1b[0m") for line in rendered]
-    # The symptom's own words, then the pointer, and nothing else (no traceback, no hint), in lines that fit.
-    assert " ".join(shown).split() == f"{symptom} {HINT_BELOW}".split()
-    assert "Likely bug" not in " ".join(shown) and "axis" not in " ".join(shown)
-    assert max(len(line) for line in shown) <= WIDTH
     # The input the learner cannot see, LOGITS, is spelled out before the expected and got values.
-    assert "\n  LOGITS, shape (2, 3): [[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]]\n  expected: [[" in symptom
-    assert "\n  got:      [[" in symptom
+    logits = "  LOGITS, shape (2, 3): [[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]]"
+    assert f"\n{logits}\n  expected: [[" in symptom and "\n  got:      [[" in symptom
+    assert caught.value.inputs == (logits,)
+    # As text (Validate): the symptom's own words, then the pointer, and nothing else (no traceback,
+    # no hint), in lines that fit; red for what is wrong, the plain colour for the input and pointer.
+    rendered = caught.value._render_traceback_()
+    shown = uncoloured(rendered)
+    assert " ".join(shown).split() == f"{symptom} {HINT_IN_NOTEBOOK}".split()
+    assert [line.startswith(RED) for line in rendered] == [True, False, True, True, False]
+    assert "Likely bug" not in " ".join(shown) and "axis" not in " ".join(shown) and SHOW_HINT not in " ".join(shown)
+    assert max(len(line) for line in shown) <= WIDTH
+    # In a notebook: the symptom without the input (shown under it, small) and without the pointer.
+    caught.value.aside_shown = True
+    rendered = caught.value._render_traceback_()
+    assert all(line.startswith(RED) for line in rendered)
+    assert " ".join(uncoloured(rendered)).split() == symptom.replace(logits, "").split()
+
+
+def test_the_aside_shows_the_inputs_small_then_the_folded_hint():
+    from course_lib.checks import SHOW_HINT, CheckAside
+
+    aside = CheckAside(["  X: [1, 2]", "  PERM: [1, 0]"], "Likely bug: the rows")
+    shown = aside._repr_html_()
+    assert shown.index('class="tr-inputs"') < shown.index("The check&#x27;s inputs:") < shown.index("  PERM: [1, 0]") \
+        < shown.index(f"<summary>{SHOW_HINT}</summary>") < shown.index("Likely bug: the rows")
+    assert "font-size:85%" in shown and "--jp-content-font-color2" in shown
+    assert repr(aside) == "  X: [1, 2]\n  PERM: [1, 0]\nLikely bug: the rows"
+    # Either part alone: no empty box, no empty fold.
+    assert "tr-inputs" not in CheckAside([], "Likely bug: x")._repr_html_()
+    assert "<details" not in CheckAside(["  X: [1]"], "")._repr_html_() and repr(CheckAside(["  X: [1]"], "")) == "  X: [1]"
 
 
 def test_the_folded_hint_escapes_what_it_shows():
@@ -99,7 +127,7 @@ def test_the_folded_hint_escapes_what_it_shows():
 def test_every_failure_fits_the_validate_dialog(set_name):
     """nbgrader's Validate indents each line of a failure by 4 and cuts it at 87 characters: every
     known-wrong answer's symptom, as the notebook shows it, fits in WIDTH = 80, cut at word boundaries."""
-    from course_lib.checks import HINT_BELOW, WIDTH, CheckFailed, ladder
+    from course_lib.checks import HINT_IN_NOTEBOOK, WIDTH, CheckFailed, ladder
 
     for exercise, known in mutants(set_name).items():
         for mutant, answer in known.items():
@@ -109,8 +137,8 @@ def test_every_failure_fits_the_validate_dialog(set_name):
             kind, message = result.messages[0].split(": ", 1)
             assert kind == "CheckFailed", result.messages
             symptom, hint = ladder(message)
-            shown = [line[5:-4] for line in CheckFailed(message)._render_traceback_()]
-            assert " ".join(shown).split() == (symptom + (f" {HINT_BELOW}" if hint else "")).split()
+            shown = uncoloured(CheckFailed(message)._render_traceback_())
+            assert " ".join(shown).split() == (symptom + (f" {HINT_IN_NOTEBOOK}" if hint else "")).split()
             assert max(len(line) for line in shown) <= WIDTH, f"{exercise} [{mutant}]:\n" + "\n".join(shown)
 
 
@@ -195,11 +223,12 @@ def test_a_check_run_before_the_setup_cell_says_which_cell_to_run():
 
 def test_a_failed_check_in_a_notebook_shows_the_symptom_then_the_folded_hint():
     """In a real kernel (what JupyterLab runs), set 03 with the features permuted instead of the
-    rows: the error output is the symptom alone (PERM and X spelled out), then a display output
-    holds the likely bug, folded in a <details> element (text/plain: the hint's own line)."""
+    rows: the error output is the symptom alone, then a display output holds the inputs (PERM and X
+    spelled out, small) and the likely bug, folded in a <details> element (text/plain: the inputs'
+    and the hint's lines)."""
     from jupyter_client.manager import start_new_kernel
 
-    from course_lib.checks import HINT_BELOW, RED, PLAIN
+    from course_lib.checks import HINT_BELOW, HINT_IN_NOTEBOOK, SHOW_HINT
 
     set_name = "03_permutation"
     nb = nbformat.read(ROOT / "exercises" / set_name / exercise_notebook(set_name), as_version=4)
@@ -215,14 +244,19 @@ def test_a_failed_check_in_a_notebook_shows_the_symptom_then_the_folded_hint():
         manager.shutdown_kernel(now=True)
     shown = [(m["msg_type"], m["content"]) for m in outputs if m["msg_type"] in ("error", "display_data", "stream")]
     assert [kind for kind, _ in shown] == ["error", "display_data"], shown
-    symptom = "\n".join(line.removeprefix(RED).removesuffix(PLAIN) for line in shown[0][1]["traceback"])
-    assert symptom.startswith("permute_rows(X, PERM)") and "  PERM: [2, 0, 3, 1]" in symptom, symptom
-    assert "  X, shape (4, 4): [[1.0, 0.0, 2.0, 0.0]" in symptom and symptom.endswith(HINT_BELOW), symptom
+    symptom = "\n".join(uncoloured(shown[0][1]["traceback"]))
+    assert symptom.startswith("permute_rows(X, PERM)") and "PERM: [2, 0" not in symptom, symptom
     assert "Likely bug" not in symptom and "features" not in symptom, symptom
+    assert "Stuck?" not in symptom and HINT_BELOW not in symptom and HINT_IN_NOTEBOOK not in symptom
     data = shown[1][1]["data"]
-    assert data["text/plain"] == "Likely bug: you permuted the columns (features); permute the rows (tokens)"
-    assert data["text/html"].startswith('<details class="tr-hint"><summary>Show the likely bug</summary>')
-    assert "you permuted the columns (features)" in data["text/html"]
+    plain = data["text/plain"].splitlines()
+    assert "  PERM: [2, 0, 3, 1]" in plain and any(line.startswith("  X, shape (4, 4): [[1.0, 0.0, 2.0, 0.0]")
+                                                  for line in plain), plain
+    assert plain[-1] == "Likely bug: you permuted the columns (features); permute the rows (tokens)"
+    page = data["text/html"]
+    assert page.startswith('<div class="tr-aside"><pre class="tr-inputs"') and "  PERM: [2, 0, 3, 1]" in page
+    assert page.index("PERM: [2, 0") < page.index(f'<details class="tr-hint"><summary>{SHOW_HINT}</summary>')
+    assert "you permuted the columns (features)" in page
 
 
 def test_validate_prints_every_failure_whole(tmp_path):
@@ -233,7 +267,7 @@ def test_validate_prints_every_failure_whole(tmp_path):
     import subprocess
     import sys
 
-    from course_lib.checks import HINT_BELOW, WIDTH
+    from course_lib.checks import HINT_IN_NOTEBOOK, SHOW_HINT, WIDTH
     from exercise_harness import solution_notebook
 
     set_name = "01_attention_scores"
@@ -258,8 +292,10 @@ def test_validate_prints_every_failure_whole(tmp_path):
     words = " ".join(printed.split())
     for whole in ("softmax_rows(LOGITS): wrong values. LOGITS, shape (2, 3): [[1.0, 2.0, 3.0], [1000.0, 1000.0, "
                   "0.0]] expected: [[0.09, 0.2447, 0.6652], [0.5, 0.5, 0.0]]", "`row_entropy` is not written yet",
-                  "weights of attend(Q, K, V, MASK): wrong values.", HINT_BELOW):
+                  "weights of attend(Q, K, V, MASK): wrong values.", HINT_IN_NOTEBOOK):
         assert whole in words, printed
+    # Validate shows no fold: nothing tells the learner to open one there.
+    assert SHOW_HINT not in words and "Open “Show" not in words, printed
     # The likely bugs are the second step: Validate shows the symptoms only.
     assert "Likely bug" not in words and "wrong axis" not in words and "after the softmax" not in words, printed
 

@@ -109,9 +109,15 @@ def test_some_right_some_wrong_one_stub(tmp_path, config):
 
     results = press_validate(notebook, config)
     assert results["summary"] == line
-    # The dialog shows each failure's HTML: the last one ends with the line.
-    assert len(results["failed"]) == 3 and results["failed"][-1]["error"].endswith(f"<b>{line}</b>")
-    assert all("Summary" not in failure["error"] for failure in results["failed"][:-1])
+    # The dialog shows each failure's HTML, and can show only its top without scrolling: the first
+    # failure's starts with the line, and says that the others follow.
+    first = results["failed"][0]["error"]
+    assert len(results["failed"]) == 3 and first.startswith(f'<b class="tr-summary">{line}</b>\n'), first
+    assert "The 3 failing cells follow, this one first." in first.split("\n\n", 1)[0]
+    assert all("Summary" not in failure["error"] for failure in results["failed"][1:])
+    # No failure points to a fold the dialog does not have ("Show the likely bug" is the notebook's).
+    assert all("Show the likely bug" not in failure["error"] for failure in results["failed"])
+    assert "the likely bug is folded under it" in " ".join(first.split())
 
 
 def test_all_right(tmp_path, config):

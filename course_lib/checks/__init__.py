@@ -7,11 +7,13 @@ fail too), whose message is a hint ladder:
    see the check's constants) and the expected vs the got values;
 2. last, on a line of its own, the likely bug ("Likely bug: ..."), when the answer matches a
    known mistake.
-In a notebook the learner sees step 1 (its `_render_traceback_`: only that, not the check's
-internals, wrapped to fit nbgrader's Validate dialog), and step 2 only on request: it follows as
-an HTML <details> element that opens on a click (its text/plain, for text-only readers, is the
-hint itself, after the symptom). An unanswered stub (`raise NotImplementedError()`) gets a
-message saying what to do.
+In a notebook the learner sees step 1 as the error (its `_render_traceback_`: only that, not the
+check's internals, wrapped to fit nbgrader's Validate dialog), in red; under it, small and grey,
+the inputs, then step 2, only on request: an HTML <details> element, "Stuck? Show the likely bug",
+that opens on a click (`CheckAside`; its text/plain, for text-only readers, is the inputs and the
+hint). Validate shows the error's text alone, no rich output: there the inputs follow the symptom
+in plain text, and a line says where the likely bug is (`HINT_IN_NOTEBOOK`), since the dialog has
+no fold to open. An unanswered stub (`raise NotImplementedError()`) gets a message saying what to do.
 
 Each check cell imports its own check, so a check cell run before the notebook's setup cell
 reaches this module; it then asks IPython to answer the NameError that follows with the cell to
@@ -26,6 +28,7 @@ import dis
 import functools
 import html
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -58,8 +61,12 @@ def wrap(text: str, width: int = WIDTH) -> list[str]:
 
 # How a message's second step starts: the named likely bug, or the list of things to check.
 HINT_STARTS = ("Likely bug: ", "Things to check: ")
-# What the notebook shows in place of the hint, until the learner opens it.
+# The fold's label, the step the learner takes to see the likely bug.
+SHOW_HINT = "Stuck? Show the likely bug"
+# What the grader's feedback says under a symptom whose likely bug it folds under it (grading/steps.py).
 HINT_BELOW = "Stuck? Open “Show the likely bug” under this message."
+# What Validate says instead: its dialog shows the error's text only, so it has no fold to open.
+HINT_IN_NOTEBOOK = "Stuck? Run this check's cell in the notebook: the likely bug is folded under it."
 
 
 def ladder(message: str) -> tuple[str, str]:
@@ -75,16 +82,29 @@ def ladder(message: str) -> tuple[str, str]:
 
 
 class CheckFailed(AssertionError):
-    """A failed check: IPython shows its symptom alone (no traceback through course_lib), and
-    `_show_hint` the likely bug after it, folded.
+    """A failed check: IPython shows its symptom alone (no traceback through course_lib).
 
-    The message keeps each sentence on one line (tests and hints search it whole); only
-    what IPython shows is wrapped.
+    The message keeps each sentence on one line (tests and hints search it whole); only what
+    IPython shows is wrapped. `inputs` are the message's lines that spell out the check's inputs
+    (`_with_inputs`). In a notebook `_show_hint` sets `aside_shown` and shows the inputs and the
+    likely bug under the error (`CheckAside`), so the error is the symptom alone; anywhere else
+    (Validate's dialog) the error is all there is, so it holds the inputs too, in plain text.
     """
+
+    def __init__(self, message: str = "", inputs: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.inputs = tuple(inputs)
+        self.aside_shown = False
 
     def _render_traceback_(self) -> list[str]:
         symptom, hint = ladder(str(self))
-        return [f"{RED}{line}{PLAIN}" for line in wrap(symptom + (f"\n{HINT_BELOW}" if hint else ""))]
+        if self.aside_shown:
+            symptom = "\n".join(line for line in symptom.splitlines() if line not in self.inputs)
+            return [f"{RED}{line}{PLAIN}" for line in wrap(symptom)]
+        # Red says what is wrong; the inputs and the pointer are context, in the plain colour.
+        lines = [(line, line in self.inputs) for line in symptom.splitlines()]
+        lines += [(HINT_IN_NOTEBOOK, True)] if hint else []
+        return [piece if quiet else f"{RED}{piece}{PLAIN}" for line, quiet in lines for piece in wrap(line)]
 
 
 class FoldedHint:
@@ -99,8 +119,32 @@ class FoldedHint:
         return self.hint
 
     def _repr_html_(self) -> str:
-        return ('<details class="tr-hint"><summary>Show the likely bug</summary>'
+        return (f'<details class="tr-hint"><summary>{SHOW_HINT}</summary>'
                 f'<pre style="white-space:pre-wrap;margin:4px 0 0 0">{html.escape(self.hint)}</pre></details>')
+
+
+# The inputs under a failed check, as a notebook shows them: smaller than the message and grey (the
+# theme's secondary text colour), context rather than a second error.
+QUIET = "font-size:85%;color:var(--jp-content-font-color2,#616161);white-space:pre-wrap;margin:2px 0 4px 0"
+
+
+class CheckAside:
+    """What a notebook shows under a failed check's symptom: the check's inputs, small and quiet
+    (the learner cannot see the check's constants), then the likely bug, folded (`FoldedHint`).
+    text/plain, for text-only readers: the inputs' lines, then the hint's line. Escaped: inputs
+    and hints may quote the learner's values."""
+
+    def __init__(self, inputs: Iterable[str], hint: str) -> None:
+        self.inputs, self.hint = tuple(inputs), hint
+
+    def __repr__(self) -> str:
+        return "\n".join([*self.inputs, self.hint] if self.hint else self.inputs)
+
+    def _repr_html_(self) -> str:
+        label = "The check's input:" if len(self.inputs) == 1 else "The check's inputs:"
+        shown = "\n".join(wrap("\n".join([label, *self.inputs]))) if self.inputs else ""
+        quiet = f'<pre class="tr-inputs" style="{QUIET}">{html.escape(shown)}</pre>' if shown else ""
+        return f'<div class="tr-aside">{quiet}{FoldedHint(self.hint)._repr_html_() if self.hint else ""}</div>'
 
 
 def _where_in_your_code(error: BaseException) -> str:
@@ -203,7 +247,8 @@ def exercise_check(check: Callable) -> Callable:
                               "with your code, run that cell, then run this check again") from None
         except AssertionError as error:  # CheckFailed too: each becomes a ladder, the inputs shown
             symptom, hint = ladder(str(error))
-            raise CheckFailed(_with_inputs(symptom, check) + (f"\n{hint}" if hint else "")) from None
+            inputs = _input_lines(symptom, check)
+            raise CheckFailed(_with_inputs(symptom, inputs) + (f"\n{hint}" if hint else ""), inputs) from None
         except Exception as error:  # the learner's code raised: name it, and where, in one line
             raise CheckFailed(f"`{name}` raised {type(error).__name__}: {error}{_where_in_your_code(error)}") from None
 
@@ -233,9 +278,9 @@ def _spelled_out(name: str, value: object) -> str | None:
     return None
 
 
-def _with_inputs(symptom: str, check: Callable) -> str:
-    """`symptom` with, after its first line, the check's inputs that it names: the learner cannot
-    see the check's module, so `X` or `sums_with_all` alone would mean nothing to them.
+def _input_lines(symptom: str, check: Callable) -> list[str]:
+    """The check's inputs that `symptom` names, one line each: the learner cannot see the check's
+    module, so `X` or `sums_with_all` alone would mean nothing to them.
 
     Inputs are the check module's upper-case constants (tensors, lists, numbers) and its own
     helper functions (not the checks, not private ones), each named in the symptom."""
@@ -243,10 +288,14 @@ def _with_inputs(symptom: str, check: Callable) -> str:
     names = list(dict.fromkeys(_CONSTANT.findall(symptom)))
     names += [w for w in dict.fromkeys(_WORD.findall(symptom)) if inspect.isfunction(namespace.get(w))
               and namespace[w].__module__ == module and not w.startswith(("check_", "_"))]
-    lines = [line for line in (_spelled_out(n, namespace[n]) for n in names if n in namespace) if line]
+    return [line for line in (_spelled_out(n, namespace[n]) for n in names if n in namespace) if line]
+
+
+def _with_inputs(symptom: str, lines: list[str]) -> str:
+    """`symptom` with the input `lines` after its first line, before the expected and got values
+    (if any): what went in, then what came out."""
     if not lines:
         return symptom
-    # Before the expected and got values, if any: what went in, then what came out.
     at = symptom.find("\n  expected: ")
     at = len(symptom) if at < 0 else at
     return "\n".join([symptom[:at], *lines]) + symptom[at:]
@@ -471,13 +520,18 @@ def _answer_name_error(shell, etype: type, value: BaseException, tb: TracebackTy
 
 
 def _show_hint(shell, etype: type, value: CheckFailed, tb: TracebackType | None, tb_offset: int | None = None) -> None:
-    """A failed check in a notebook: the symptom as the error (what Validate lists too), then the
-    likely bug folded under it, so that the learner opens it only when they want it."""
-    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    """A failed check in a notebook: the symptom as the error, then under it the inputs, small, and
+    the likely bug, folded, so that the learner opens it only when they want it.
+
+    Validate (nbgrader sets NBGRADER_VALIDATING in the kernel it runs) lists errors only, as text:
+    there the error keeps the inputs, and says where the likely bug is."""
     hint = ladder(str(value))[1]
-    if hint:
+    aside = os.environ.get("NBGRADER_VALIDATING") != "1" and bool(value.inputs or hint)
+    value.aside_shown = aside
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    if aside:
         from IPython.display import display  # only reached inside IPython
-        display(FoldedHint(hint))
+        display(CheckAside(value.inputs, hint))
 
 
 def _explain_missing_names() -> None:
