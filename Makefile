@@ -63,11 +63,15 @@ $(VALIDATE_CONFIG): scripts/nbgrader_validate_config.py $(STAMP)
 setup: $(STAMP) $(SERVER_CONFIG) $(VALIDATE_CONFIG) $(if $(wildcard grading/sanitize.py),$(GRADING_CONFIG))
 
 # A learner's JupyterLab: learner-lab/ is a Jupyter configuration folder read before the venv's. It
-# keeps nbgrader's assignment list and Validate, and turns off what only an instructor uses (the
-# formgrader, Create Assignment, the course list, with their server parts) and JupyterLab's
-# "get notified about Jupyter news?" pop-up. scripts/lab_driver.py starts the tests' JupyterLab so too.
-LAB := $(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ALLOW_ROOT)
+# keeps Validate (and nbgrader's assignment list where a class's exchange exists), and turns off what
+# only an instructor uses (the formgrader, Create Assignment, the course list, with their server
+# parts) and JupyterLab's "get notified about Jupyter news?" pop-up. It opens on the start page,
+# START.md (learner-lab/jupyter_server_config.py), so `make lab` passes no LAB_HOME of its own.
+# scripts/lab_driver.py starts the tests' JupyterLab so too.
+LAB_HOME = --LabApp.default_url=/lab/tree/notebooks
+LAB = $(BIN)/jupyter lab --ServerApp.root_dir=. $(LAB_HOME) $(ALLOW_ROOT)
 LEARNER_CONFIG := JUPYTER_CONFIG_PATH=$(abspath learner-lab)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))
+lab: LAB_HOME =
 lab: setup
 	$(LEARNER_CONFIG) $(LAB)
 

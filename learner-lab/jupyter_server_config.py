@@ -1,0 +1,55 @@
+"""The learner's JupyterLab (`make lab`, the student copy's too): what plain JSON cannot say.
+
+Read because `make lab` puts learner-lab/ first on JUPYTER_CONFIG_PATH (and scripts/lab_driver.py
+does so for the tests); jupyter_server_config.json beside it is read after this file. The class
+hub's students do not read it: scripts/hub.py gives them learner-lab/'s JSON files only, and their
+exchange is the hub's.
+
+- The first view: the start page, START.md (lessons and exercise sets in order), rendered, with the
+  file browser on the course's folder, its names given the panel's width: no Last Modified column
+  (settings/overrides.json).
+- The Nbgrader menu's Assignment List only where there is a class: nbgrader's exchange (a shared
+  folder an instructor makes) exists. Without one, the list can only answer "Error fetching
+  courses!" and "The exchange directory does not exist", which a learner alone can do nothing about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WITHOUT_A_CLASS = ["@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu"]
+
+c = get_config()  # noqa: F821 (provided by Jupyter when it loads this file)
+
+
+def exchange_exists() -> bool:
+    """Whether the exchange nbgrader's assignment list would use exists: configured the way its
+    own server extension reads it (the Jupyter configuration path, then the folder the server
+    starts in); by default /srv/nbgrader/exchange."""
+    from nbgrader.exchange import ExchangeFactory
+    from nbgrader.server_extensions.assignment_list.handlers import AssignmentList
+
+    try:
+        config = AssignmentList().load_config()
+        return Path(ExchangeFactory(config=config).List(config=config).root).is_dir()
+    except Exception:  # a configuration that does not load: leave the list, and its own error, alone
+        return True
+
+
+def assignment_list_if_a_class(handler, page_config: dict) -> dict:
+    """JupyterLab's page configuration, without a class's exchange: with nbgrader's Assignment List
+    plugin turned off, and its Nbgrader menu, which would be left empty (the learner's other
+    entries are off already). Asked at each page load, not at start: loading nbgrader's
+    configuration can take seconds (the course's imports torch), and an exchange made later counts."""
+    if not exchange_exists():
+        page_config["disabledExtensions"] = [*page_config.get("disabledExtensions", []), *WITHOUT_A_CLASS]
+    return page_config
+
+
+# The start page opens rendered (a Markdown file otherwise opens in the text editor); the file
+# browser drops its Last Modified column, so a name has the panel's width. Only app_settings_dir's
+# overrides.json sets defaults, so the venv's (see the Makefile's setup) is repeated there.
+c.LabApp.app_settings_dir = str(HERE / "settings")
+c.LabApp.default_url = "/lab/tree/START.md"
+c.ServerApp.tornado_settings = {"page_config_hook": assignment_list_if_a_class}
