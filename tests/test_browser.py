@@ -1,6 +1,8 @@
-"""A real browser: JupyterLab serves the course as `make lab` serves it to a learner. It offers
-a learner's tools only (the assignment list and Validate; no formgrader, no Create Assignment,
-no news pop-up), while the instructor's JupyterLab keeps them. Lesson 01, before anything runs,
+"""A real browser: JupyterLab serves the course as `make lab` serves it to a learner. It opens on
+the start page (START.md), with the course's folders in the file browser, names whole. It offers a
+learner's tools only (Validate, and the assignment list where a class's exchange exists; no
+formgrader, no Create Assignment, no news pop-up), while the instructor's JupyterLab keeps them.
+Validate's dialog shows its summary without scrolling. Lesson 01, before anything runs,
 shows its widget cells' static snapshot; after Run All, a slider redraws the widget. From the
 lesson's opening cell a learner follows the link to exercise set 01 and runs a check as a
 newcomer does: before the setup cell, on the stub, on a wrong answer and on a right one."""
@@ -8,6 +10,7 @@ newcomer does: before the setup cell, on the stub, on a wrong answer and on a ri
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -24,9 +27,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from course_lib import exercise_notebook  # noqa: E402
+from course_lib.checks import HINT_IN_NOTEBOOK, SHOW_HINT  # noqa: E402
+from exercise_harness import mutants  # noqa: E402
 from lab_driver import jupyterlab, open_lesson, run_lesson  # noqa: E402
 
 ARTIFACTS = ROOT / "test-artifacts"
+SHOTS = ARTIFACTS / "lab"  # what a learner sees first, the assignment list, Validate's dialog
 LESSON = "notebooks/01_attention_scores.ipynb"
 EXERCISES = f"exercises/01_attention_scores/{exercise_notebook('01_attention_scores')}"
 # The set the learner's-tools test validates: not set 01, whose kernel another test wants fresh.
@@ -36,20 +42,45 @@ NEWS = "Would you like to get notified about official Jupyter news?"
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"  # the plugin that asks it
 
 
+# Set 01 as a learner has it half-way: softmax_rows answered wrongly, the other exercises not yet.
+ONE_WRONG = "exercises/01_attention_scores/01_one_wrong_answer.ipynb"
+# What nbgrader's assignment list says when it has no exchange to read.
+NO_EXCHANGE = ("Error fetching", "does not exist")
+
+
 def served_course(folder: Path) -> Path:
-    """A copy of the lessons, exercise sets and README in `folder`: JupyterLab writes checkpoints
-    (and may autosave) beside what it opens."""
+    """A copy of the start page, lessons, exercise sets and README in `folder` (JupyterLab writes
+    checkpoints, and may autosave, beside what it opens), and set 01 with one wrong answer."""
     for name in ("notebooks", "exercises"):
         shutil.copytree(ROOT / name, folder / name)
-    shutil.copy(ROOT / "README.md", folder)
+    for name in ("README.md", "START.md"):
+        shutil.copy(ROOT / name, folder)
+    nb = nbformat.read(ROOT / EXERCISES, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata["nbgrader"]["grade_id"] == "softmax_rows":
+            cell.source = mutants("01_attention_scores")["softmax_rows"]["wrong axis"]
+    nbformat.write(nb, folder / ONE_WRONG)
+    return folder
+
+
+def exchange_config(folder: Path, exchange: Path) -> Path:
+    """A folder to start JupyterLab in whose nbgrader_config.py names `exchange` (nbgrader reads
+    the configuration in the folder the server starts in): a class's, or none if it does not exist."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.course_id = 'transformer-roots'\n")
     return folder
 
 
 @pytest.fixture(scope="module")
 def learner_lab(tmp_path_factory) -> Iterator[str]:
-    """One learner's JupyterLab, as `make lab` starts it, for the module's tests: its URL pattern."""
+    """One learner's JupyterLab, as `make lab` starts it, for the module's tests: its URL pattern.
+    A learner alone: the exchange nbgrader is configured with does not exist."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with jupyterlab(served_course(tmp_path_factory.mktemp("course")), ARTIFACTS / "jupyterlab.log") as url:
+    SHOTS.mkdir(exist_ok=True)
+    alone = exchange_config(tmp_path_factory.mktemp("alone"), Path("/nonexistent/nbgrader/exchange"))
+    with jupyterlab(served_course(tmp_path_factory.mktemp("course")), ARTIFACTS / "jupyterlab.log",
+                    cwd=alone) as url:
         yield url
 
 
@@ -77,11 +108,14 @@ def server_get(url: str, path: str) -> int:
 
 
 def lab_tools(page) -> dict[str, object]:
-    """What the open notebook's JupyterLab offers a user: the Nbgrader menu's entries, the side
-    bars' panels, whether the notebook's toolbar has Validate, and the plugins turned off."""
-    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
-    entries = page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel").all_inner_texts()
-    page.keyboard.press("Escape")
+    """What the open notebook's JupyterLab offers a user: the Nbgrader menu's entries (None: no
+    such menu), the side bars' panels, whether the notebook's toolbar has Validate, and the
+    plugins turned off."""
+    entries = None
+    if page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").count():
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        entries = page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel").all_inner_texts()
+        page.keyboard.press("Escape")
     panels = page.locator(".jp-SideBar .lm-TabBar-tab").evaluate_all(
         "tabs => tabs.map(t => t.getAttribute('title') || t.textContent)")
     toolbar = page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")
@@ -91,10 +125,97 @@ def lab_tools(page) -> dict[str, object]:
             "validate": toolbar.get_by_role("button", name="Validate").count() == 1}
 
 
+def base_url(url: str) -> str:
+    """The server's own address, with the token, from a lab URL pattern: what `make lab` opens."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/?token={urllib.parse.parse_qs(parts.query)['token'][0]}"
+
+
+def cut_names(page) -> dict[str, tuple[int, int]]:
+    """The file browser's entries whose name does not fit its box: name -> (needed, shown) px."""
+    names = page.locator(".jp-DirListing-item .jp-DirListing-itemText")
+    names.first.wait_for()
+    widths = names.evaluate_all("els => els.map(e => [e.textContent, e.scrollWidth, e.clientWidth])")
+    return {name: (needed, shown) for name, needed, shown in widths if needed > shown}
+
+
+def browse(page, folder: str) -> list[str]:
+    """Open `folder` in the file browser (from its root, by double clicks); its entries' names."""
+    page.locator(".jp-BreadCrumbs-home").click()
+    for part in folder.split("/"):
+        page.locator(".jp-DirListing-item", has_text=part).first.dblclick()
+        page.locator(".jp-BreadCrumbs", has_text=part).wait_for()
+    page.wait_for_timeout(500)  # the listing redraws after the breadcrumbs
+    return page.locator(".jp-DirListing-item .jp-DirListing-itemText").all_inner_texts()
+
+
+def test_make_lab_opens_on_the_start_page_with_the_course_in_view(page, tmp_path):
+    """What `make lab` opens first (its default URL, a new learner's JupyterLab): the start page,
+    rendered, linking the ten lessons and their exercise sets in order, and the file browser on the
+    course's folder, where notebooks/ and exercises/, and the lessons' names, show whole."""
+    with jupyterlab(served_course(tmp_path / "course"), ARTIFACTS / "jupyterlab-first-view.log",
+                    cwd=exchange_config(tmp_path / "alone", tmp_path / "no-exchange")) as url:
+        page.goto(base_url(url))
+        first_view(page)
+
+
+def first_view(page) -> None:
+    start = page.locator(".jp-RenderedMarkdown", has=page.get_by_role("heading", name="Start here"))
+    start.wait_for(timeout=60_000)
+    assert urllib.parse.urlsplit(page.url).path == "/lab/tree/START.md", page.url
+    assert "Start with lesson 01" in start.inner_text()
+    # JupyterLab resolves each link to a URL of the server: the course's path is its end.
+    hrefs = start.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    paths = [m.group(0) for m in (re.search(r"(notebooks|exercises)/.*\.ipynb$", urllib.parse.urlsplit(h).path)
+                                  for h in hrefs) if m]
+    lessons = [path for path in paths if path.startswith("notebooks/")]
+    sets = [path for path in paths if path.startswith("exercises/")]
+    assert lessons == sorted(f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")), lessons
+    assert sets == sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "exercises").glob("*/*_exercises.ipynb"))
+    listing = page.locator(".jp-DirListing-item .jp-DirListing-itemText")
+    listing.first.wait_for()
+    assert {"notebooks", "exercises", "START.md"} <= set(listing.all_inner_texts())
+    page.wait_for_timeout(1000)  # the panels settle
+    page.screenshot(path=str(SHOTS / "first-view.png"))
+    assert not cut_names(page)
+    # The lessons' names whole, in the panel as it first opens (no Last Modified column taking room).
+    assert len(browse(page, "notebooks")) == 10 and not cut_names(page), cut_names(page)
+    page.screenshot(path=str(SHOTS / "first-view-notebooks.png"))
+
+
+def test_the_learners_settings_keep_what_make_setup_gives_every_jupyterlab():
+    """The learner's JupyterLab reads its setting defaults from learner-lab/settings (JupyterLab
+    reads one overrides.json): it must keep those `make setup` writes for every JupyterLab (the
+    venv's, e.g. widgets that keep their state), and adds the start page's and file browser's."""
+    line = re.search(r"@echo '(\{.*\})' \\\n\t\t> \$\(VENV\)/share/jupyter/lab/settings/overrides.json",
+                     (ROOT / "Makefile").read_text())
+    assert line, "the Makefile's setup no longer writes the venv's overrides.json as this test reads it"
+    learner = json.loads((ROOT / "learner-lab" / "settings" / "overrides.json").read_text())
+    for plugin, settings in json.loads(line.group(1)).items():
+        assert learner.get(plugin, {}) | settings == learner.get(plugin), plugin
+    assert learner["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]["markdown"] == "Markdown Preview"
+
+
+def dialog_shows(page, selector: str) -> bool:
+    """Whether the element `selector` in the open dialog is in its visible area as it opens: the
+    dialog's content not scrolled, the element's box inside the scrolled box's."""
+    return page.locator(".jp-Dialog-content").evaluate("""(dialog, selector) => {
+        const element = dialog.querySelector(selector);
+        if (!element) return false;
+        let box = element.parentElement;
+        while (box && box !== dialog && box.scrollHeight <= box.clientHeight) box = box.parentElement;
+        const view = (box || dialog).getBoundingClientRect(), it = element.getBoundingClientRect();
+        return (box || dialog).scrollTop === 0 && it.top >= view.top && it.bottom <= view.bottom;
+    }""", selector)
+
+
 def test_make_lab_shows_a_learner_only_the_learners_tools(learner_lab, page):
+    """A learner alone (no exchange): Validate, and no Nbgrader menu, whose only entry, the
+    assignment list, could only say that the exchange does not exist."""
     open_lesson(page, learner_lab.format(path=VALIDATED))
     tools = lab_tools(page)
-    assert tools["menu"] == ["Assignment List"], f"the learner's Nbgrader menu: {tools['menu']}"
+    assert tools["menu"] is None, f"the learner's Nbgrader menu: {tools['menu']}"
+    assert "@jupyter/nbgrader:assignment-list" in tools["disabled"], tools["disabled"]
     assert not any("Create Assignment" in panel for panel in tools["panels"]), tools["panels"]
     assert tools["validate"], "the notebook toolbar has no Validate button"
     # The news question comes from one plugin, which asks as soon as the page is restored (the
@@ -102,19 +223,53 @@ def test_make_lab_shows_a_learner_only_the_learners_tools(learner_lab, page):
     assert ANNOUNCEMENTS in tools["disabled"], tools["disabled"]
     page.wait_for_timeout(2000)
     assert page.get_by_text(NEWS).count() == 0, "the news question showed"
+    assert not any(page.get_by_text(words).count() for words in NO_EXCHANGE)
     page.screenshot(path=str(ARTIFACTS / "learner-lab.png"))
     # The server parts go with the panels: the formgrader's pages are not served at all.
     assert server_get(learner_lab, "formgrader") == 404
-    # What stays works: the assignment list opens, and Validate validates the set.
-    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
-    page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel", has_text="Assignment List").click()
-    page.locator(".lm-TabBar-tab:visible", has_text="Assignments").wait_for()
-    page.locator(".lm-TabBar-tab:visible", has_text="02_masks").click()
+
+
+def test_validate_shows_its_summary_first_and_no_fold_it_does_not_have(learner_lab, page):
+    """Validate on set 01 with one wrong answer and three stubs: four failures, more than the dialog
+    shows at once; the summary line is in view as it opens, and the wrong answer's failure says
+    where its likely bug is (the notebook's check cell) instead of naming a fold the dialog lacks."""
+    open_lesson(page, learner_lab.format(path=ONE_WRONG))
     page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar").get_by_role(
         "button", name="Validate").click()
-    # The set's stubs are unanswered: Validate runs the set and reports its failing cells.
-    page.locator(".jp-Dialog").get_by_text("The following cell failed").first.wait_for(timeout=90_000)
-    page.screenshot(path=str(ARTIFACTS / "learner-lab-validate.png"))
+    dialog = page.locator(".jp-Dialog")
+    dialog.get_by_text("The following cell failed").first.wait_for(timeout=90_000)
+    page.wait_for_timeout(500)  # the dialog's layout settles
+    page.screenshot(path=str(SHOTS / "validate-one-wrong-answer.png"))
+    text = " ".join(dialog.inner_text().split())
+    assert text.count("The following cell failed") == 4, text
+    summary = dialog.locator(".tr-summary")
+    assert summary.inner_text().startswith("Summary: 0 of 4 exercises pass their checks"), text
+    # The test means something only if the dialog's content is taller than what it shows.
+    content = page.locator(".jp-Dialog-body")
+    assert content.evaluate("b => b.scrollHeight > b.clientHeight + 100"), "the dialog shows all at once"
+    assert dialog_shows(page, ".tr-summary"), "the summary line is out of view"
+    assert SHOW_HINT not in text and "Show the likely bug" not in text, text
+    assert HINT_IN_NOTEBOOK in text and "softmax_rows(LOGITS): wrong values." in text, text
+    dialog.get_by_role("button", name="Ok", exact=True).click()
+
+
+def test_a_class_keeps_the_assignment_list_working(page, tmp_path):
+    """Where a class's exchange exists (an instructor made it), the learner's JupyterLab keeps the
+    Nbgrader menu's Assignment List, and it lists without an error."""
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    with jupyterlab(served_course(tmp_path / "course"), ARTIFACTS / "jupyterlab-class.log",
+                    cwd=exchange_config(tmp_path / "class", exchange)) as url:
+        open_lesson(page, url.format(path=VALIDATED))
+        tools = lab_tools(page)
+        assert tools["menu"] == ["Assignment List"], tools["menu"]
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel", has_text="Assignment List").click()
+        page.locator(".lm-TabBar-tab:visible", has_text="Assignments").wait_for()
+        page.get_by_text("Released assignments").first.wait_for()
+        page.wait_for_timeout(2000)  # the lists load
+        page.screenshot(path=str(SHOTS / "assignment-list-class.png"))
+        assert not any(page.get_by_text(words).count() for words in NO_EXCHANGE)
 
 
 def test_the_instructors_lab_keeps_the_formgrader_and_create_assignment(page, tmp_path):
@@ -275,6 +430,16 @@ def test_a_learner_follows_the_lesson_to_its_exercises_and_checks_an_answer(lear
     text = shown.inner_text()
     assert "softmax_rows(LOGITS): wrong values." in text and "LOGITS, shape (2, 3): [[1.0, 2.0, 3.0]" in text
     assert "Show the likely bug" in text and "wrong axis" not in text, text
+    # The symptom in red; under it the input it used, smaller and not red; nothing names a fold twice.
+    error = shown.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']")
+    inputs = shown.locator(".tr-inputs")
+    assert "shape (2, 3)" not in error.inner_text() and "shape (2, 3)" in inputs.inner_text()
+    assert inputs.bounding_box()["y"] >= error.bounding_box()["y"] + error.bounding_box()["height"]
+    assert inputs.bounding_box()["y"] < hint.bounding_box()["y"]
+    style = "e => [parseFloat(getComputedStyle(e).fontSize), getComputedStyle(e).color]"
+    (red_size, red), (quiet_size, quiet) = error.locator(".ansi-red-fg").first.evaluate(style), inputs.evaluate(style)
+    assert quiet_size < red_size and quiet != red, (red_size, red, quiet_size, quiet)
+    assert text.count("Show the likely bug") == 1 and "Stuck?" in text and "Run this check" not in text, text
     screenshot_cells(page, [notebook_cells(page).nth(i) for i in (answer, check)],
                      ARTIFACTS / "exercise01-wrong.png")
     # Then, asked for with one click, the likely bug.
