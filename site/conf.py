@@ -45,6 +45,9 @@ html_theme_options = {
     "use_issues_button": False,
     "use_edit_page_button": False,
 }
+# Search lists the pages without a snippet of each: a snippet is fetched from the page, which a
+# browser refuses for a site opened from disk (file://), with an error per result.
+html_show_search_summary = False
 html_last_updated_fmt = None
 html_copy_source = True
 

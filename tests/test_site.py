@@ -71,7 +71,8 @@ def pages(site: Path) -> list[Path]:
 
 
 def local(url: str) -> bool:
-    return urlsplit(url).hostname in ("127.0.0.1", "localhost") or url.startswith(("data:", "blob:", "about:"))
+    """A request that stays on this machine (the test's server, the built files, inline data)."""
+    return urlsplit(url).hostname in ("127.0.0.1", "localhost") or url.startswith(("data:", "blob:", "about:", "file:"))
 
 
 @pytest.fixture(scope="module")
@@ -152,14 +153,33 @@ def test_widgets_show_their_static_picture(visits: dict[str, dict]) -> None:
         assert "Error displaying widget" not in seen["text"]
 
 
-def test_search_finds_a_lesson_by_a_word_of_its_text(browser, server: str) -> None:
+@pytest.mark.parametrize("over", ["http", "file"])
+def test_search_finds_a_lesson_by_a_word_of_its_text(browser, server: str, site: Path, over: str) -> None:
+    """Search works served and opened from disk (where a browser refuses to fetch other pages)."""
+    base = server if over == "http" else site.as_uri()
     page = browser.new_page()
     page.route("**/*", lambda route: route.continue_() if local(route.request.url) else route.abort())
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
     # "Hopfield" is in lesson 10's prose; the results list its page.
-    page.goto(f"{server}/search.html?q=Hopfield")
-    result = page.locator("#search-results a[href*='10_attention_graph']").first
-    result.wait_for(timeout=20_000)
+    page.goto(f"{base}/search.html?q=Hopfield", wait_until="networkidle")
+    page.locator("#search-results a[href*='10_attention_graph']").first.wait_for(timeout=20_000)
     page.close()
+    assert not problems, problems
+
+
+def test_a_lesson_opened_from_disk(browser, site: Path) -> None:
+    """`make site` says to open index.html: from disk too, a lesson's math and pictures load."""
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    page.goto(f"{site.as_uri()}/notebooks/06_copying.html", wait_until="networkidle")
+    seen = page.evaluate(PAGE_REPORT)
+    page.close()
+    assert not problems, problems
+    assert seen["math"] > 0 and all(img["width"] > 0 for img in seen["images"])
 
 
 def test_screenshots(browser, server: str) -> None:
