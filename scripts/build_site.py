@@ -169,7 +169,7 @@ def home_page(lessons: list[tuple[str, str]], sets: list[tuple[str, str]], docs:
         "Search the lessons, exercise sets and guides with the search box (top left).",
         toctree("Lessons", [p for p, _ in lessons]),
         toctree("Exercise sets", [p for p, _ in sets]),
-        toctree("Guides", [p for p, _ in docs] + ["docs/glossary", "The repository's README <README>"]),
+        toctree("Guides", [p for p, _ in docs] + ["docs/glossary", "The repository’s README <README>"]),
     ]) + "\n"
 
 
