@@ -142,7 +142,10 @@ stability: setup
 # Nothing is run, so it builds in seconds (scripts/build_site.py). Sphinx and MyST-NB are the `site`
 # extra, installed here only, so make lab and make test stay as fast; MathJax comes from npm
 # (site/package-lock.json pins it) into the site itself, so its math renders with no network.
-site: setup $(SITE_STAMP) $(MATHJAX)
+# The student copy (make release) has no site/: there it says so.
+site: setup $(if $(wildcard scripts/build_site.py),$(SITE_STAMP) $(MATHJAX))
+	@test -f scripts/build_site.py || { echo "make site builds the course's website in the instructor's \
+	copy of the course: this copy has no site/" >&2; exit 2; }
 	$(BIN)/python scripts/build_site.py --mathjax .site/node_modules/mathjax
 $(SITE_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[site]'
