@@ -239,7 +239,7 @@ def main() -> None:
     start = time.perf_counter()
     stage(args.mathjax)
     build()
-    pages = sum(1 for _ in HTML.rglob("*.html"))
+    pages = sum(1 for p in HTML.rglob("*.html") if p.relative_to(HTML).parts[0] != "_static")  # not the theme's
     print(f"build_site: {pages} pages in {HTML.relative_to(ROOT)} ({time.perf_counter() - start:.0f} s); "
           f"open {HTML.relative_to(ROOT)}/index.html")
 
