@@ -47,9 +47,20 @@ def assignment_list_if_a_class(handler, page_config: dict) -> dict:
     return page_config
 
 
+def server_root() -> Path:
+    """The folder JupyterLab serves, as the server being configured has it: its command line
+    (`--ServerApp.root_dir=.`, or a folder as in `jupyter lab notebooks`) is read before this file."""
+    from jupyter_server.serverapp import ServerApp
+
+    return Path(ServerApp.instance().root_dir) if ServerApp.initialized() else Path.cwd()
+
+
 # The start page opens rendered (a Markdown file otherwise opens in the text editor); the file
 # browser drops its Last Modified column, so a name has the panel's width. Only app_settings_dir's
 # overrides.json sets defaults, so the venv's (see the Makefile's setup) is repeated there.
 c.LabApp.app_settings_dir = str(HERE / "settings")
-c.LabApp.default_url = "/lab/tree/START.md"
+# Served from elsewhere (`jupyter lab notebooks`), JupyterLab would open on "Cannot open: Could not
+# find path: START.md": there it opens as it would without this file.
+if (server_root() / "START.md").is_file():
+    c.LabApp.default_url = "/lab/tree/START.md"
 c.ServerApp.tornado_settings = {"page_config_hook": assignment_list_if_a_class}

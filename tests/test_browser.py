@@ -159,6 +159,18 @@ def test_make_lab_opens_on_the_start_page_with_the_course_in_view(page, tmp_path
         first_view(page)
 
 
+def test_served_from_another_folder_the_learners_lab_opens_without_an_error(page, tmp_path):
+    """`jupyter lab notebooks` with the learner's configuration (the conda route) serves a folder
+    without START.md: JupyterLab opens as usual, not on "Cannot open: Could not find path"."""
+    lessons = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", lessons)
+    with jupyterlab(lessons, ARTIFACTS / "jupyterlab-lessons-only.log") as url:
+        page.goto(base_url(url))
+        page.locator(".jp-DirListing-item", has_text="01_attention_scores").wait_for(timeout=60_000)
+        page.wait_for_timeout(2000)  # a failed open shows its dialog after the page is drawn
+        assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").all_inner_texts()
+
+
 def first_view(page) -> None:
     start = page.locator(".jp-RenderedMarkdown", has=page.get_by_role("heading", name="Start here"))
     start.wait_for(timeout=60_000)
