@@ -1,7 +1,8 @@
 """Torch's own modules holding the course's weights, to compare the two.
 
-`to_torch(layer)` builds the nn.MultiheadAttention that computes what an Attention layer computes;
-`from_torch(mine, theirs)` copies torch's weights into an Attention, a Block or an EncoderDecoder.
+`to_torch(mine)` builds the torch module that computes what an Attention layer, a Block or an
+EncoderDecoder computes (nn.MultiheadAttention, nn.TransformerEncoderLayer or DecoderLayer,
+nn.Transformer), holding its weights; `from_torch(mine, theirs)` copies torch's weights into ours.
 Weights alone do not fix what a module computes: both first compare the settings the weights do
 not show (norm placement, activation, heads, LayerNorm's eps, biases) and every shape, and refuse
 a mismatch by name, before anything is copied. torch's boolean attention masks mean the opposite
@@ -10,6 +11,7 @@ of the course's (True = may NOT attend): `to_torch_mha_mask` converts.
 
 from __future__ import annotations
 
+import warnings
 from typing import TypeVar
 
 import torch
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Attention
-from .guards import require_bool, require_instance, require_mask
+from .guards import require_bool, require_mask
 from .model import Block, EncoderDecoder
 
 Mine = TypeVar("Mine", Attention, Block, EncoderDecoder)
@@ -34,26 +36,57 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def to_torch(layer: Attention, batch_first: bool = True) -> nn.MultiheadAttention:
-    """A new nn.MultiheadAttention holding `layer`'s weights (its n_heads heads, or one).
+def to_torch(mine: Attention | Block | EncoderDecoder, batch_first: bool = True) -> nn.Module:
+    """A new torch module holding `mine`'s weights and computing what it computes (dropout 0).
 
-    Needs d_k = d_v = d_model (torch projects to embed_dim); a d_memory != d_model becomes torch's
-    kdim = vdim = d_memory. batch_first=False: torch then takes and returns (T, B, D). torch's
-    weights are (B, H, T, S) with average_attn_weights=False, for one head too.
+    Attention -> nn.MultiheadAttention (needs d_k = d_v = d_model, as torch projects to embed_dim; a
+    d_memory != d_model becomes kdim = vdim; its weights are (B, H, T, S) with
+    average_attn_weights=False, for one head too). Block -> nn.TransformerEncoderLayer, or
+    nn.TransformerDecoderLayer for cross=True. EncoderDecoder -> nn.Transformer (its blocks and final
+    norms; embeddings, positions and read-out are ours alone). A setting torch cannot take (no norm,
+    no FFN, no residual, attention without biases beside a biased FFN) is refused by name, as
+    from_torch refuses it. batch_first=False: torch then takes and returns (T, B, D).
     """
-    require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_bool("batch_first", batch_first)
-    widths = (layer.query.out_features, layer.value.out_features)
-    if widths != (layer.d_model, layer.d_model):
-        raise ValueError(f"layer must have d_k = d_v = d_model = {layer.d_model} for nn.MultiheadAttention, got "
-                         f"d_k, d_v = {widths}")
-    theirs = nn.MultiheadAttention(layer.d_model, layer.n_heads or 1, bias=layer.query.bias is not None,
-                                   batch_first=batch_first, dtype=layer.query.weight.dtype,
-                                   kdim=layer.d_memory, vdim=layer.d_memory)
-    for _, ours, torchs in _require_pairs(layer, theirs):
+    if isinstance(mine, Attention):
+        theirs = _torch_attention(mine, batch_first)
+    elif isinstance(mine, (Block, EncoderDecoder)):
+        theirs = _torch_layers(mine, batch_first)
+    else:
+        raise TypeError(f"mine must be an Attention, a Block or an EncoderDecoder, got {type(mine).__name__}")
+    for _, ours, torchs in _require_pairs(mine, theirs):
         if ours is not None:
             torchs.copy_(ours)
     return theirs
+
+
+def _torch_attention(layer: Attention, batch_first: bool) -> nn.MultiheadAttention:
+    widths = (layer.query.out_features, layer.value.out_features)
+    if widths != (layer.d_model, layer.d_model):
+        raise ValueError(f"mine must have d_k = d_v = d_model = {layer.d_model} for nn.MultiheadAttention, got "
+                         f"d_k, d_v = {widths}")
+    return nn.MultiheadAttention(layer.d_model, layer.n_heads or 1, bias=layer.query.bias is not None,
+                                 batch_first=batch_first, dtype=layer.query.weight.dtype,
+                                 kdim=layer.d_memory, vdim=layer.d_memory)
+
+
+def _torch_layers(mine: Block | EncoderDecoder, batch_first: bool) -> nn.Module:
+    """The torch layer (or whole nn.Transformer) of `mine`'s sizes and settings, weights still torch's."""
+    block = mine if isinstance(mine, Block) else mine.decoder[0]
+    where = "" if isinstance(mine, Block) else "decoder.0."
+    _require_same(where, "norm (torch's layers have post-LN or pre-LN)", block.norm in ("post", "pre"), True)
+    _require_same(where, "FFN presence (d_ff > 0)", block.ffn is not None, True)
+    attention = block.attention
+    sizes = dict(d_model=attention.d_model, nhead=attention.n_heads or 1, dim_feedforward=block.ffn.linear1.out_features,
+                 dropout=0.0, activation="relu", layer_norm_eps=block.attention_norm.eps, batch_first=batch_first,
+                 norm_first=block.norm == "pre", bias=attention.query.bias is not None,
+                 dtype=attention.query.weight.dtype)
+    with warnings.catch_warnings():  # torch warns that pre-LN turns off its nested-tensor fast path
+        warnings.simplefilter("ignore", UserWarning)
+        if isinstance(mine, EncoderDecoder):
+            return nn.Transformer(num_encoder_layers=len(mine.encoder), num_decoder_layers=len(mine.decoder), **sizes)
+        layer = nn.TransformerDecoderLayer if mine.cross_attention is not None else nn.TransformerEncoderLayer
+        return layer(**sizes)
 
 
 @torch.no_grad()

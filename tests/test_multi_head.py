@@ -488,7 +488,7 @@ def test_an_untrained_model_is_at_chance():
     (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), bias=torch.zeros(2, 3, 3)),
      "it must be (B, 1, T, S) for one bias per sequence, or (1, H, T, S) for one per head"),
     (lambda: qk_matrix(Attention(4), 0), "no heads"),
-    (lambda: to_torch(nn.Linear(4, 4)), "layer"),
+    (lambda: to_torch(nn.Linear(4, 4)), "mine"),
     (lambda: to_torch(Attention(4, n_heads=2, d_k=8)), "d_k = d_v = d_model"),
     (lambda: qk_matrix(Attention(4, n_heads=2), 2), "head=2 is out of range"),
     (lambda: ov_matrix(Attention(4, n_heads=2), -1), "head"),

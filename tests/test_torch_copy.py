@@ -166,3 +166,42 @@ def test_to_torch_returns_a_new_torch_layer_and_from_torch_the_layer_it_filled(n
         assert from_torch(fresh, theirs) is fresh
         torch.testing.assert_close(fresh(x)[0], theirs(x, x, x, need_weights=False)[0], atol=1e-12, rtol=0)
         assert (fresh(x)[0] - layer(x)[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_to_torch_gives_a_block_torchs_layer_and_a_model_nn_transformer_computing_the_same(norm):
+    """A Block becomes nn.TransformerEncoderLayer (or DecoderLayer), an EncoderDecoder nn.Transformer,
+    with the same sizes, norm placement and eps: the same outputs, masks included, float64."""
+    gen = torch.Generator().manual_seed(1)
+    x, memory = torch.randn(2, 5, D, dtype=torch.float64, generator=gen), torch.randn(2, 6, D, dtype=torch.float64,
+                                                                                      generator=gen)
+    mask = causal_mask(5)
+    encoder_block, decoder_block = block(norm), block(norm, cross=True)
+    with torch.no_grad():
+        for ours in (encoder_block, decoder_block):  # norms away from 1 and 0, so a swapped norm shows
+            for p in ours.parameters():
+                p.add_(0.3 * torch.randn(p.shape, dtype=p.dtype, generator=gen))
+        theirs = to_torch(encoder_block)
+        assert type(theirs) is nn.TransformerEncoderLayer and theirs.norm_first == (norm == "pre")
+        torch.testing.assert_close(theirs(x, src_mask=~mask), encoder_block(x, mask)[0], atol=1e-12, rtol=0)
+        theirs = to_torch(decoder_block)
+        assert type(theirs) is nn.TransformerDecoderLayer
+        torch.testing.assert_close(theirs(x, memory, tgt_mask=~mask), decoder_block(x, mask, memory)[0],
+                                   atol=1e-12, rtol=0)
+        model = EncoderDecoder(ModelConfig(vocab_size=9, d_model=D, n_heads=H, d_ff=FF, norm=norm, n_encoder_layers=2,
+                                           n_decoder_layers=3, eps=1e-6)).double()
+        theirs = to_torch(model)
+        assert type(theirs) is nn.Transformer and theirs.encoder.norm.eps == 1e-6
+        ours = model.decode(x, model.encode(memory))[0]
+        torch.testing.assert_close(theirs(memory, x, tgt_mask=~mask), ours, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"norm": "none"}, "norm \\(torch's layers have post-LN or pre-LN\\)"),
+    ({"d_ff": 0}, "FFN presence"),
+    ({"residual": False}, "residual connections"),
+    ({"bias": False}, "both have .*bias"),
+])
+def test_to_torch_refuses_a_block_torch_cannot_be_by_name(fields, message):
+    with pytest.raises(ValueError, match=message):
+        to_torch(block(**fields))
