@@ -64,7 +64,7 @@ HINT_STARTS = ("Likely bug: ", "Things to check: ")
 # The fold's label, the step the learner takes to see the likely bug.
 SHOW_HINT = "Stuck? Show the likely bug"
 # What the grader's feedback says under a symptom whose likely bug it folds under it (grading/steps.py).
-HINT_BELOW = "Stuck? Open “Show the likely bug” under this message."
+HINT_BELOW = "The likely bug is folded under this message, behind “Stuck? Show the likely bug”."
 # What Validate says instead: its dialog shows the error's text only, so it has no fold to open.
 HINT_IN_NOTEBOOK = "Stuck? Run this check's cell in the notebook: the likely bug is folded under it."
 
