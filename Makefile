@@ -183,4 +183,4 @@ $(HUB_PROXY): hub/package.json hub/package-lock.json
 
 clean:
 	rm -rf $(VENV) .hub gradebook.db submitted autograded feedback grades.csv canvas-grades.csv \
-		moodle-grades-*.csv test-artifacts
+		moodle-grades-*.csv test-artifacts .site site/_build

@@ -27,8 +27,8 @@ def browser():
 # make test runs two workers (pytest-xdist), each taking a whole file at a time (--dist loadfile:
 # a module's fixtures are made once, a notebook's cells run in order in one kernel). The files that
 # take longest go first (measured here), so that the two workers end together.
-LONGEST_FIRST = ["test_grading.py", "test_lms.py", "test_sandbox.py", "test_student_html.py", "test_browser.py",
-                 "test_exercises.py", "test_validation.py", "test_copying.py"]
+LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_lms.py", "test_sandbox.py", "test_student_html.py",
+                 "test_browser.py", "test_exercises.py", "test_validation.py", "test_copying.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
