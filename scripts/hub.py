@@ -622,6 +622,14 @@ def start(state: Path) -> None:
     if available() is None:
         raise SystemExit("start needs control groups (cgroup v1 or v2, with memory and pids, writable by root): "
                          "without them one student's server could take the whole machine")
+    # Ctrl+C (SIGINT) and SIGTERM stop the hub, which first stops its idle culler with SIGINT. An
+    # ignored signal stays ignored across exec, and JupyterHub starts the culler before it sets its
+    # own handlers: when `make hub` was started by something that ignores SIGINT (a script, a job a
+    # non-interactive shell put in the background), the culler ignored the hub's SIGINT and the hub
+    # waited 30 s for it before its SIGTERM (Ctrl+C took 41 s). The hub and all it starts get the
+    # default handling; SIGHUP is left as it is (`nohup make hub` keeps the hub past a closed terminal).
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
     # A private copy of the mount table: what serve() mounts is seen by the hub and its servers only.
     os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", "--",
                           sys.executable, __file__, "serve", "--state", str(state)])

@@ -818,6 +818,110 @@ def test_the_instructors_formgrader_shows_a_submission_under_the_strict_csp(hub_
     assert reply.status == 200 and "script-src 'nonce-" in policy and "default-src 'none'" in policy, (reply.status, policy)
 
 
+def process_tree(root: int) -> set[int]:
+    """`root` and every process below it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry))
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pids: set[int]) -> dict[int, str]:
+    """Those of `pids` still running (not ended, not a zombie), with their command lines."""
+    alive = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
+    return alive
+
+
+def test_ctrl_c_stops_the_hub_and_everything_it_started_within_15_s(hub_class, capsys):
+    """`make hub`'s `hub.py start` in a terminal (a pseudo-terminal here), started by something
+    that ignores SIGINT, as a script or a non-interactive shell's background job does (the
+    reviewer's terminal was one), with two students' servers running: Ctrl+C stops the hub, its
+    proxy, its idle culler and every user's server and kernel within 15 s. (It took 41 s: the idle
+    culler kept the ignored SIGINT and the hub waited 30 s for it.)"""
+    import pwd
+    import signal
+    import threading
+    import urllib.request
+
+    import hub_sizing
+
+    hub.stop(hub_class.running)  # the class's hub; this test starts it again in a terminal
+    port = free_port()
+    env = os.environ | {"TR_HUB_IP": "127.0.0.1", "TR_HUB_PORT": str(port), "TR_HUB_API_PORT": str(free_port()),
+                        "TR_HUB_PROXY_API_PORT": str(free_port()), "TR_HUB_TEST_PASSWORD": STUDENT_PASSWORD,
+                        "TR_HUB_TEST_ADMIN_PASSWORD": INSTRUCTOR_PASSWORD}
+    terminal, side = os.openpty()
+    log = hub_class.state / "hub-terminal.log"
+    # setsid --ctty: a session whose controlling terminal is this one, as a terminal's shell has; its
+    # shell ignores SIGINT (trap "" INT), which hub.py then inherits, as from a script.
+    process = subprocess.Popen(["setsid", "--ctty", "sh", "-c", 'trap "" INT; exec "$0" "$@"', sys.executable,
+                                str(ROOT / "scripts" / "hub.py"), "start", "--state", str(hub_class.state)],
+                               stdin=side, stdout=side, stderr=side, env=env, cwd=ROOT)
+    os.close(side)
+    url = f"http://127.0.0.1:{port}"
+    hub_class.running = hub.RunningHub(process, url, log, hub_class.state)
+
+    def show() -> None:  # what the terminal shows, kept in the log (and nothing blocks on a full terminal)
+        with open(log, "wb") as out:
+            while True:
+                try:
+                    data = os.read(terminal, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                out.write(data)
+                out.flush()
+    threading.Thread(target=show, daemon=True).start()
+    uids = {pwd.getpwnam(name).pw_uid for name in [*STUDENTS, INSTRUCTOR]}
+    left: dict[int, str] = {}
+    try:
+        deadline = time.time() + 90
+        while True:
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{url}/hub/api/", timeout=2)
+                break
+            assert time.time() < deadline, f"the hub did not answer in 90 s; see {log}"
+            time.sleep(0.5)
+        token = run_async(hub_sizing.admin_token(url + "/", INSTRUCTOR, INSTRUCTOR_PASSWORD))
+
+        async def start_servers():
+            await asyncio.gather(*(hub_sizing.start_server(url + "/", token, user) for user in WORKERS))
+        run_async(start_servers())
+        started = process_tree(process.pid) | {pid for uid in uids for pid in hub.processes_of(uid)}
+        assert len(running(started)) >= 5, running(started)  # hub, proxy, culler, two servers
+        os.write(terminal, b"\x03")  # Ctrl+C
+        pressed = time.perf_counter()
+        while time.perf_counter() - pressed < 60:
+            left = running(started | process_tree(process.pid) | {p for uid in uids for p in hub.processes_of(uid)})
+            if process.poll() is not None and not left:
+                break
+            time.sleep(0.1)
+        seconds = time.perf_counter() - pressed
+    finally:
+        for pid in running(process_tree(process.pid) | {p for uid in uids for p in hub.processes_of(uid)}):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # what outlived the test: the next tests need the machine
+        process.wait(10)
+        os.close(terminal)
+    with capsys.disabled():
+        print(f"\nCtrl+C in the hub's terminal: the hub and all it started stopped in {seconds:.1f} s")
+    assert left == {} and seconds <= 15, (f"{seconds:.1f} s", left, log.read_text(errors="replace")[-2000:])
+
+
 def test_real_authentication_takes_each_users_own_password_and_only_the_class(hub_class, cycle, browser):
     """The same class with the deployment's authenticator (PAM): a student logs in with the first
     password setup gave them, not with another's nor the test password; a user of the machine
