@@ -7,7 +7,7 @@ exchange is the hub's.
 
 - The first view: the start page, START.md (lessons and exercise sets in order), rendered, with the
   file browser on the course's folder, its names given the panel's width: no Last Modified column
-  (settings/overrides.json).
+  (settings/overrides.json), and a panel wide enough for the longest (a new learner's workspace).
 - The Nbgrader menu's Assignment List only where there is a class: nbgrader's exchange (a shared
   folder an instructor makes) exists. Without one, the list can only answer "Error fetching
   courses!" and "The exchange directory does not exist", which a learner alone can do nothing about.
@@ -15,6 +15,7 @@ exchange is the hub's.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +56,42 @@ def server_root() -> Path:
     return Path(ServerApp.instance().root_dir) if ServerApp.initialized() else Path.cwd()
 
 
+def workspaces_dir() -> Path:
+    """The folder JupyterLab keeps its workspaces in: `--LabApp.workspaces_dir` if given, otherwise
+    JupyterLab's own choice (JUPYTERLAB_WORKSPACES_DIR, else ~/.jupyter/lab/workspaces)."""
+    from jupyter_server.serverapp import ServerApp
+    from jupyterlab.commands import get_workspaces_dir
+
+    given = ServerApp.instance().config.get("LabApp", {}).get("workspaces_dir") if ServerApp.initialized() else None
+    return Path(str(given) if given else get_workspaces_dir())
+
+
+def seed_first_workspace() -> None:
+    """A new learner's first view: the file browser open and the left panel 28% of the width beside
+    the side bars (340 px in a 1280 px window, 1208 px beside them), where JupyterLab's default
+    is its 250 px minimum and cuts "04_positional_encoding_exercises.ipynb" (259 px of text;
+    the name gets the panel's width less 48 px). JupyterLab has no setting for that width, but
+    restores it from the saved layout of the workspace a page opens, "default" for
+    /lab/tree/START.md. Written only where that workspace does not exist yet: JupyterLab saves
+    the learner's own layout (a panel resized, tabs) over it from the first page on, and a later
+    start leaves that alone. The layout must say the file browser is open ("left"): a saved
+    layout without it opens with the panel closed (JupyterLab opens the file browser itself only
+    when there is no saved layout). Never written in the repository: a per-user folder."""
+    from jupyterlab_server.workspaces_handler import WORKSPACE_EXTENSION, slugify
+
+    layout = {"left": {"collapsed": False, "visible": True, "current": "filebrowser", "widgets": ["filebrowser"]},
+              # [left panel, main area, right panel], as fractions of the width beside the side bars
+              "relativeSizes": [0.28, 0.72, 0]}
+    workspace = {"data": {"layout-restorer:data": layout}, "metadata": {"id": "default"}}
+    folder = workspaces_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{slugify('default')}{WORKSPACE_EXTENSION}", "x", encoding="utf-8") as file:
+            json.dump(workspace, file)
+    except OSError:  # the learner's own workspace (FileExistsError), or a folder we may not write to
+        pass
+
+
 # The start page opens rendered (a Markdown file otherwise opens in the text editor); the file
 # browser drops its Last Modified column, so a name has the panel's width. Only app_settings_dir's
 # overrides.json sets defaults, so the venv's (see the Makefile's setup) is repeated there.
@@ -64,3 +101,4 @@ c.LabApp.app_settings_dir = str(HERE / "settings")
 if (server_root() / "START.md").is_file():
     c.LabApp.default_url = "/lab/tree/START.md"
 c.ServerApp.tornado_settings = {"page_config_hook": assignment_list_if_a_class}
+seed_first_workspace()
