@@ -152,7 +152,8 @@ def browse(page, folder: str) -> list[str]:
 def test_make_lab_opens_on_the_start_page_with_the_course_in_view(page, tmp_path):
     """What `make lab` opens first (its default URL, a new learner's JupyterLab): the start page,
     rendered, linking the ten lessons and their exercise sets in order, and the file browser on the
-    course's folder, where notebooks/ and exercises/, and the lessons' names, show whole."""
+    course's folder, where notebooks/ and exercises/, the lessons' names and the longest exercise
+    set's, show whole."""
     with jupyterlab(served_course(tmp_path / "course"), ARTIFACTS / "jupyterlab-first-view.log",
                     cwd=exchange_config(tmp_path / "alone", tmp_path / "no-exchange")) as url:
         page.goto(base_url(url))
@@ -193,6 +194,12 @@ def first_view(page) -> None:
     # The lessons' names whole, in the panel as it first opens (no Last Modified column taking room).
     assert len(browse(page, "notebooks")) == 10 and not cut_names(page), cut_names(page)
     page.screenshot(path=str(SHOTS / "first-view-notebooks.png"))
+    # And the exercise set with the longest name (04_positional_encoding_exercises.ipynb): JupyterLab's
+    # default panel (250 px) cuts it; a new learner's workspace opens it wider.
+    longest = max((ROOT / "exercises").glob("*/*_exercises.ipynb"), key=lambda p: len(p.name))
+    assert longest.name in browse(page, longest.parent.relative_to(ROOT).as_posix())
+    page.screenshot(path=str(SHOTS / "first-view-exercises.png"))
+    assert not cut_names(page), cut_names(page)
 
 
 def test_the_learners_settings_keep_what_make_setup_gives_every_jupyterlab():
