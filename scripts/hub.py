@@ -670,8 +670,8 @@ def launch(state: Path, port: int, api_port: int, proxy_api_port: int, log: Path
 
 
 def stop(hub: RunningHub, timeout: float = 90) -> None:
-    """Stop the hub: it stops every user's server, its idle culler (about 30 s: the culler
-    outlives the first signals the hub sends it) and its proxy first."""
+    """Stop the hub: it stops its idle culler, every user's server and its proxy first (a few
+    seconds; up to the spawner's 30 s wait for a server that ignores SIGINT)."""
     if hub.process.poll() is None:
         os.killpg(hub.process.pid, signal.SIGTERM)
         try:
