@@ -522,6 +522,25 @@ def test_the_instructor_has_one_formgrader_entry_and_it_opens(hub_class, cycle):
     page.keyboard.press("Escape")
 
 
+def test_view_feedback_opens_the_page_in_jupyter_notebooks_file_browser_too(hub_class, cycle):
+    """Every student's server also serves Jupyter Notebook's file browser (/tree), with the same
+    Nbgrader > Assignment List. There "(view feedback)" showed the feedback's folder in the tab the
+    student clicked in, and the page only in a new browser tab opened after the click, which a
+    popup blocker stops (Safari's always): now the page replaces the folder in that tab."""
+    student = "trhub-right"
+    page = cycle.pages[student]
+    page.goto(f"{hub_class.url}/user/{student}/tree")
+    panel = open_assignments(page)
+    popups = []
+    page.context.on("page", lambda popup: popups.append(popup))
+    panel.locator("#submitted_assignments_list").get_by_text("(view feedback)").first.click()
+    page.wait_for_url(f"**/user/{student}/edit/{SET01}/feedback/**/{feedback_page(SET01)}", timeout=30_000)
+    body = page.frame_locator("iframe").locator("body")
+    body.get_by_text("Score:").first.wait_for(timeout=30_000)
+    assert re.search(r"Score: ([\d.]+) / ([\d.]+)", body.inner_text()), body.inner_text()[:300]
+    assert popups == [], [p.url for p in popups]
+
+
 # --- One student tries to take the machine; two others work.
 
 def filling(path: str) -> str:
