@@ -522,6 +522,35 @@ def test_the_instructor_has_one_formgrader_entry_and_it_opens(hub_class, cycle):
     page.keyboard.press("Escape")
 
 
+SET_LOCAL_FORMGRADER = """async ([base, on]) => {
+  const xsrf = document.cookie.split('; ').find(c => c.startsWith('_xsrf='))?.slice(6) ?? '';
+  const reply = await fetch(base + 'lab/api/settings/@jupyter/nbgrader:formgrader', {method: 'PUT',
+    headers: {'X-XSRFToken': xsrf, 'Content-Type': 'application/json'},
+    body: JSON.stringify({raw: JSON.stringify({local_config: on})})});
+  return reply.status;
+}"""
+
+
+def test_the_instructor_keeps_one_formgrader_entry_with_local_config_turned_on(hub_class, cycle):
+    """nbgrader adds "Formgrader (local)" to the Nbgrader menu whenever its setting "Allow local
+    nbgrader config file" is on: hub.py seeds it off, but the Settings Editor turns it on (here
+    through the same settings API), and the instructor's menu listed both entries. It stays one."""
+    page = cycle.pages["prof"]
+    base = f"/user/{INSTRUCTOR}/"
+    assert page.evaluate(SET_LOCAL_FORMGRADER, [base, True]) == 204
+    try:
+        page.goto(f"{hub_class.url}{base}lab")
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").wait_for(timeout=60_000)
+        page.wait_for_timeout(2000)  # nbgrader reads the setting once JupyterLab is restored
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        entries = page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel", has_text="Formgrader")
+        entries.first.wait_for()
+        assert entries.all_inner_texts() == ["Formgrader"], entries.all_inner_texts()
+        page.keyboard.press("Escape")
+    finally:
+        page.evaluate(SET_LOCAL_FORMGRADER, [base, False])
+
+
 def test_view_feedback_opens_the_page_in_jupyter_notebooks_file_browser_too(hub_class, cycle):
     """Every student's server also serves Jupyter Notebook's file browser (/tree), with the same
     Nbgrader > Assignment List. There "(view feedback)" showed the feedback's folder in the tab the

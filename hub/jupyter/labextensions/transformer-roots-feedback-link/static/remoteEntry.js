@@ -8,6 +8,12 @@
 // click: a popup blocker (Safari's always) stops that, and the student saw the folder. There the
 // page replaces the folder in the same browser tab (Notebook's /edit/ view: the same HTML viewer).
 //
+// It also keeps the instructor's Nbgrader menu to one formgrader entry. nbgrader adds "Formgrader
+// (local)" (a course folder per JupyterLab tab, which nbgrader warns against on a shared server)
+// whenever its setting "Allow local nbgrader config file" is on, which hub.py's seeded settings
+// leave off but the Settings Editor (or any settings file) turns on: the entry is hidden in the
+// menu and the command palette whatever the setting says.
+//
 // It is a module federation container, as JupyterLab loads prebuilt extensions: `init` receives
 // the shared modules (none needed), `get("./extension")` returns the module whose default export
 // is the plugin. hub/jupyterhub_config.py puts this folder on the servers' JUPYTER_PATH.
@@ -15,6 +21,7 @@ var _JUPYTERLAB;
 (function () {
   "use strict";
   var FEEDBACK_FOLDER = /(^|\/)feedback\/[^/]+\/?$/;
+  var LOCAL_FORMGRADER = ["lm-Menu-item", "lm-CommandPalette-item"]; // where the entry shows
   var NOTEBOOK = false; // Jupyter Notebook's pages, not JupyterLab (set at activation)
 
   function editUrl(path) { // Notebook's page for a file: <base url>edit/<path, each part encoded>
@@ -28,6 +35,11 @@ var _JUPYTERLAB;
     autoStart: true,
     activate: function (app) {
       NOTEBOOK = app.name === "Jupyter Notebook";
+      var hide = document.createElement("style");
+      hide.textContent = LOCAL_FORMGRADER.map(function (kind) {
+        return "." + kind + '[data-command="nbgrader:open-formgrader-local"]';
+      }).join(", ") + " { display: none !important; }";
+      document.head.appendChild(hide);
       app.commands.commandExecuted.connect(function (_, executed) {
         var path = String((executed.args && executed.args.path) || "");
         if (executed.id !== "filebrowser:go-to-path" || !FEEDBACK_FOLDER.test(path)) {
