@@ -140,7 +140,8 @@ c.Spawner.environment = {
     "JUPYTER_RUNTIME_DIR": lambda spawner: f"{pwd.getpwnam(spawner.user.name).pw_dir}/{RUNTIME}",
     # The class's kernel spec (hub.py setup): the course's Python with grading/notice.py, which
     # names the limit a student's work hits; and hub/jupyter's JupyterLab addition, which makes
-    # nbgrader's "(view feedback)" open the feedback page, not only its folder.
+    # nbgrader's "(view feedback)" open the feedback page, not only its folder (in JupyterLab and in
+    # Jupyter Notebook's /tree), and keeps the instructor's menu to one Formgrader entry.
     "JUPYTER_PATH": os.pathsep.join([str(STATE / "share" / "jupyter"), str(CHECKOUT / "hub" / "jupyter")]),
 }
 # Kernels talk to their server over unix sockets, not TCP ports. When a class starts together,
