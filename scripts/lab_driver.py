@@ -69,6 +69,7 @@ def jupyterlab(root: Path, log_path: Path, cwd: Path | None = None,
                    "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             command.append("--allow-root")
+        log_path.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no test-artifacts/ yet
         with open(log_path, "w") as log:
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                       env=env, cwd=cwd, start_new_session=True)

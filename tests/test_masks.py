@@ -551,7 +551,7 @@ def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
 def test_to_multihead_attention_needs_equal_widths():
     with pytest.raises(ValueError, match=r"d_k = d_v = d_model = 8 for nn.MultiheadAttention, got d_k, d_v = \(4, 8\)"):
         to_torch(Attention(8, d_k=4))
-    with pytest.raises(TypeError, match="layer must be a course_lib.attention.Attention layer, got Linear"):
+    with pytest.raises(TypeError, match="mine must be an Attention, a Block or an EncoderDecoder, got Linear"):
         to_torch(torch.nn.Linear(2, 2))
 
 
