@@ -45,8 +45,8 @@ LINK = re.compile(r'(?<!!)\[(?P<text>[^\]\n]*)\]\((?P<target>[^)\s]+)(?:\s+"[^"]
 LESSON_NOTE = """```{{note}}
 This page shows the lesson as committed, with its outputs; nothing on it runs, and each widget is a
 static picture of its first view. Download the notebook: {{download}}`{name} <{original}>`.
-To run it, clone the course's repository and run `make lab` in it: JupyterLab opens on the
-lessons, where Run All makes every widget live.
+To run it, clone the course's repository and run `make lab` in it: JupyterLab opens on its
+start page, and Run All in a lesson makes every widget live.
 ```"""
 
 EXERCISE_NOTE = """```{{note}}
