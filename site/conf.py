@@ -44,6 +44,8 @@ html_theme_options = {
     "use_repository_button": False,
     "use_issues_button": False,
     "use_edit_page_button": False,
+    # pydata-sphinx-theme 0.20 puts a second search box in a header above the page; the sidebar has one.
+    "navbar_persistent": [],
 }
 # Search lists the pages without a snippet of each: a snippet is fetched from the page, which a
 # browser refuses for a site opened from disk (file://), with an error per result.
