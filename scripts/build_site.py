@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from course_lib import exercise_notebook  # noqa: E402  (the one place that names a set's notebook)
 SITE = ROOT / "site"
 BUILD = SITE / "_build"
 SRC = BUILD / "src"  # the pages, laid out for Sphinx
@@ -195,7 +197,7 @@ def stage(mathjax: Path) -> None:
         lesson_notes[page] = note
     sets, set_notes = [], {}
     for folder in sorted(p for p in (ROOT / "exercises").iterdir() if p.is_dir()):
-        source = folder / f"{folder.name}_exercises.ipynb"
+        source = folder / exercise_notebook(folder.name)
         check_student_version(source)
         page, title, note = stage_notebook(source, EXERCISE_NOTE)
         sets.append((page, title))
