@@ -1,6 +1,7 @@
 """The course's one attention path and its layer. `attend` is softmax(q k^T * scale + bias, masked) v
-on checked input: every attention of the course runs it (lesson 01's scaled_dot_product_attention
-checks its arguments and calls it). `Attention` adds the four projections, n_heads heads and the
+on checked input, with torch's softmax: every attention of the course runs it (lesson 01's
+scaled_dot_product_attention checks its arguments and calls it; lesson 01's `softmax` writes the
+same softmax out). `Attention` adds the four projections, n_heads heads and the
 KV cache; every model of the course is built from it. `causal_mask` is what a decoder's layer reads.
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
@@ -28,25 +29,6 @@ def default_scale(d_k: int) -> float:
     return 1.0 / math.sqrt(d_k)
 
 
-def softmax_weights(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Tensor:
-    """softmax along `dim` with mask (True = keep), on checked input: lesson 01's `softmax` checks and
-    calls it. Every step makes a new tensor (so torch.func.vmap works)."""
-    if mask is not None:
-        logits = logits.masked_fill(~mask, -math.inf)
-    if stable:
-        # Subtracting each slice's maximum changes no weight but keeps exp() from overflowing; an
-        # all -inf slice gets the most negative float as maximum, so exp gives 0, not NaN.
-        row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
-        exps = (logits - row_max).exp_()  # in place on a new tensor: one scores-sized buffer less
-    else:
-        exps = logits.exp()
-    total = exps.sum(dim=dim, keepdim=True)
-    # A slice with no finite logit sums to 0 (stable: any other sums to >= 1): dividing it by 1
-    # gives zero weights and a zero gradient instead of NaN.
-    total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
-    return exps / total
-
-
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
            scale: float) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + bias, masked) v on checked input: the lines every attention of the course
@@ -55,8 +37,20 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | 
     scores = _product(q * scale, k.mT)  # (..., T, S); scaling q is cheaper than the scores
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
-    weights = softmax_weights(scores, -1, mask, stable=True)  # (..., T, S), rows sum to 1 (or are all 0)
-    return _product(weights, v), weights  # (..., T, d_v)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.softmax(scores, -1) if mask is None and bias is None else _softmax_or_zero(scores)
+    return _product(weights, v), weights  # (..., T, d_v); weights (..., T, S), rows sum to 1 (or are all 0)
+
+
+def _softmax_or_zero(scores: Tensor) -> Tensor:
+    """softmax over the last axis, where a row with no finite score (a query with every key masked)
+    gets zero weights and a zero gradient: torch.softmax alone gives it 0/0 = NaN, which a masked
+    padding query would spread into every gradient."""
+    empty = scores.detach().amax(-1, keepdim=True) == -math.inf  # (..., T, 1)
+    # Any finite row gives a finite softmax and gradient; the second fill zeros both. No `if
+    # empty.any()`: torch.func.vmap (lesson 08's heads) cannot branch on a tensor's values.
+    return torch.softmax(scores.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
 
 
 def _product(a: Tensor, b: Tensor) -> Tensor:

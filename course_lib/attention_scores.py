@@ -1,8 +1,10 @@
 """Lesson 01: queries, keys, values, the score matrix, softmax, and attention as a function.
 
-`softmax` and `scaled_dot_product_attention` check their arguments and run the course's one
-attention path, course_lib.attention's `softmax_weights` and `attend`: the Attention layer, with
-its projections and heads, runs the same lines. Later lessons build their variants (masked,
+`softmax` writes softmax out (the max subtraction that keeps exp from overflowing, and masks);
+the attention path uses torch's, which gives the same weights (tests/test_attention_scores.py).
+`scaled_dot_product_attention` checks its arguments and runs the course's one attention path,
+course_lib.attention's `attend`: the Attention layer, with its projections and heads, runs the
+same lines. Later lessons build their variants (masked,
 biased, rotated, cross, deliberately broken) by passing arguments to these, never by writing
 attention again.
 
@@ -12,12 +14,13 @@ Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .attention import attend, check_mask_and_bias, default_scale, softmax_weights
+from .attention import attend, check_mask_and_bias, default_scale
 from .guards import (broadcast_shape, require_bool, require_count, require_dim, require_float, require_index,
                      require_number, require_same_dtype)
 from .training import train
@@ -37,12 +40,31 @@ def softmax(logits: Tensor, dim: int = -1, mask: Tensor | None = None, stable: b
         raise ValueError(f"logits has no entries along dim={dim} (shape {tuple(logits.shape)}): "
                          "there is nothing to share the weight 1 among")
     check_mask_and_bias(mask, None, tuple(logits.shape))
-    return softmax_weights(logits, dim, mask, stable)
+    return _written_out_softmax(logits, dim, mask, stable)
 
 
 def naive_softmax(logits: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) with no max subtraction: overflows to inf/inf = NaN near x = 89 (float32)."""
     return softmax(logits, dim, stable=False)
+
+
+def _written_out_softmax(logits: Tensor, dim: int, mask: Tensor | None, stable: bool) -> Tensor:
+    """softmax along `dim` with mask (True = keep), on checked input, one step per line: what
+    torch.softmax computes in one kernel. Every step makes a new tensor (so torch.func.vmap works)."""
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -math.inf)
+    if stable:
+        # Subtracting each slice's maximum changes no weight but keeps exp() from overflowing; an
+        # all -inf slice gets the most negative float as maximum, so exp gives 0, not NaN.
+        row_max = logits.detach().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
+        exps = (logits - row_max).exp_()  # in place on a new tensor: one scores-sized buffer less
+    else:
+        exps = logits.exp()
+    total = exps.sum(dim=dim, keepdim=True)
+    # A slice with no finite logit sums to 0 (stable: any other sums to >= 1): dividing it by 1
+    # gives zero weights and a zero gradient instead of NaN.
+    total = total.clamp_min(1.0) if stable else torch.where(total > 0, total, torch.ones_like(total))
+    return exps / total
 
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor | None = None) -> torch.Size:

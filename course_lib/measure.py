@@ -41,7 +41,8 @@ class OperationCounter(TorchDispatchMode):
     entry, whatever form torch ran it in (mm, a matrix times a vector (mv), a dot product,
     batched (bmm), with a bias added (addmm, addmv, baddbmm, addbmm)); `@` with broadcasting,
     `einsum` and `nn.Linear` reach torch as these forms. The bias of the add* forms counts one
-    addition per output element. add/sub, mul/div and tanh count one per output element;
+    addition per output element. add/sub, mul/div and tanh count one per output element, and
+    torch's softmax one exp per output element (its max, sum and division ride along);
     shape-only operations (views, transposes) count nothing; anything else is listed under its
     own name so that no work goes uncounted. An in-place form (exp_, add_) counts as its plain
     one: the arithmetic is the same.
@@ -49,7 +50,7 @@ class OperationCounter(TorchDispatchMode):
 
     MATMULS = ("mm", "bmm", "mv", "dot", "vdot", "addmm", "addmv", "baddbmm", "addbmm")
     KINDS = {"add": "additions", "sub": "additions", "mul": "multiplications", "div": "multiplications",
-             "tanh": "tanh"}
+             "tanh": "tanh", "exp": "exp", "_softmax": "exp"}
     SHAPE_ONLY = ("view", "_unsafe_view", "t", "transpose", "unsqueeze", "squeeze", "expand", "slice",
                   "permute", "reshape", "alias", "detach", "clone", "_to_copy")
 
