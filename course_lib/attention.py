@@ -62,13 +62,20 @@ def _product(a: Tensor, b: Tensor) -> Tensor:
     return a @ b
 
 
-def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the scores."""
+def check_mask_and_bias(mask: Tensor | None, bias: Tensor | None, scores_shape: tuple[int, ...],
+                        hint: str = "") -> None:
+    """Raise unless mask (bool; a float mask is a bias) and bias (float), where given, broadcast to the
+    scores. hint: what the scores' axes are, added to a message about shapes."""
     if mask is not None:
-        float_mask = "; for a float (additive) mask, pass it as bias="
-        require_broadcasts_to("mask", require_mask("mask", mask, hint=float_mask), scores_shape, "scores")
+        require_mask("mask", mask, hint="; for a float (additive) mask, pass it as bias=")
     if bias is not None:
-        require_broadcasts_to("bias", require_float("bias", bias), scores_shape, "scores")
+        require_float("bias", bias)
+    try:
+        for name, t in (("mask", mask), ("bias", bias)):
+            if t is not None:
+                require_broadcasts_to(name, t, scores_shape, "scores")
+    except ValueError as error:
+        raise ValueError(f"{error}{hint}") from None
 
 
 def causal_mask(T: int, S: int | None = None) -> Tensor:
@@ -99,18 +106,18 @@ def _merge_heads(x: Tensor) -> Tensor:
 class Attention(nn.Module):
     """Attention with its four projections and n_heads heads (nanoGPT style, no dropout). Self-attention:
     layer(x), x: (..., T, D); cross-attention: layer(x, memory), memory (..., S, d_memory) giving the keys
-    and values. d_k, d_v: the total query/key and value widths (default D). n_heads=None: one head,
-    weights (..., T, S); n_heads=H: head h takes the h-th share of the columns, scale 1/sqrt(d_k/H),
-    weights (..., H, T, S). rotate(q, k) turns queries and keys by position (RoPE); bias is added to
-    the scores (ALiBi). mask and bias broadcast to the weights: with heads, (B, 1, T, S) is one per
-    sequence, (1, H, T, S) one per head, padding_mask's (B, 1, S) one per sequence.
-    Returns (output (..., T, D), weights)."""
+    and values. d_k, d_v: the total query/key and value widths (default D). Head h takes the h-th share
+    of the columns, scale 1/sqrt(d_k/H); one head is n_heads=1, and the weights always have the head
+    axis: (..., H, T, S). rotate(q, k) turns queries and keys by position (RoPE); bias is added to the
+    scores (ALiBi). mask and bias broadcast to the weights by torch's rule: (T, S) for every sequence
+    and head, (B, 1, 1, S) one per sequence's keys (padding_mask(...)[:, None]), (B, 1, T, S) one per
+    sequence, (H, T, S) one per head. Returns (output (..., T, D), weights (..., H, T, S))."""
 
     def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 d_memory: int | None = None, bias: bool = False, n_heads: int | None = None):
+                 d_memory: int | None = None, bias: bool = False, n_heads: int = 1):
         super().__init__()
         require_count("d_model", d_model)
-        H = 1 if n_heads is None else require_count("n_heads", n_heads)
+        H = require_count("n_heads", n_heads)
         d_k, d_v, d_memory = (d_model if w is None else require_count(name, w) for name, w in
                               (("d_k", d_k), ("d_v", d_v), ("d_memory", d_memory)))
         for name, width in (("d_k", d_k), ("d_v", d_v)):
@@ -126,7 +133,7 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 bias: Tensor | None = None, rotate: Rotation | None = None) -> tuple[Tensor, Tensor]:
-        mask = self.check_input(x, memory, mask, bias, rotate)
+        self.check_input(x, memory, mask, bias, rotate)
         return self.run(x, memory, mask, bias, rotate)
 
     def run(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
@@ -143,17 +150,15 @@ class Attention(nn.Module):
             if cache is not None:  # the kept positions first, then the new ones
                 k = cache["k"] = torch.cat([cache["k"], k], -2) if "k" in cache else k  # (..., S, d_k)
                 v = cache["v"] = torch.cat([cache["v"], v], -2) if "v" in cache else v  # (..., S, d_v)
-        if self.n_heads is not None:
-            q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
+        q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (..., H, T|S, d_head)
         if rotate is not None:
             q, k = rotate(q, k)
-        out, weights = attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., [H,] T, d_v/H)
-        return self.out(out if self.n_heads is None else _merge_heads(out)), weights  # (..., T, D)
+        out, weights = attend(q, k, v, mask, bias, default_scale(self.d_head))  # (..., H, T, d_v/H)
+        return self.out(_merge_heads(out)), weights  # (..., T, D), (..., H, T, S)
 
     def check_input(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, bias: Tensor | None,
-                    rotate: Rotation | None = None) -> Tensor | None:
-        """Raise, naming what the caller passed, unless x, memory, mask, bias and rotate fit this
-        layer; returns the mask as the weights read it."""
+                    rotate: Rotation | None = None) -> None:
+        """Raise, naming what the caller passed, unless x, memory, mask, bias and rotate fit this layer."""
         require_float("x", x, min_rank=2)
         require_width("x", x, self.d_model)
         source, source_name = x, "x"
@@ -171,19 +176,6 @@ class Attention(nn.Module):
             raise ValueError(f"{source_name} of shape {tuple(source.shape)} has no positions to attend to (S = 0)")
         batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
                                 tuple(source.shape[:-2]))
-        heads = () if self.n_heads is None else (self.n_heads,)
-        shape = tuple(batch) + heads + (x.shape[-2], source.shape[-2])  # the weights'
-        if (heads and mask is not None and require_tensor("mask", mask).dim() == 3 and len(batch) == 1
-                and mask.shape[0] == batch[0] != self.n_heads and mask.shape[1] == 1):
-            if mask.shape[-1] not in (1, shape[-1]):
-                raise ValueError(f"mask of shape {tuple(mask.shape)} (one per sequence) must fit the weights' "
-                                 f"shape {shape}: S={shape[-1]} keys")
-            mask = mask[:, None]  # lesson 02's padding_mask (B, 1, S) -> (B, 1, 1, S), one per sequence
-        for name, t in (("mask", mask), ("bias", bias)):
-            ambiguous = t is not None and 2 < require_tensor(name, t).dim() < len(shape) and bool(heads)
-            if ambiguous and any(n != 1 for n in t.shape[:-2]):  # sequences or heads first? Pass one or the other
-                raise ValueError(f"{name} of shape {tuple(t.shape)} can be read two ways by a layer with n_heads="
-                                 f"{self.n_heads}: it must be (B, 1, T, S) for one {name} per sequence, or "
-                                 "(1, H, T, S) for one per head")
-        check_mask_and_bias(mask, bias, shape)
-        return mask
+        shape = tuple(batch) + (self.n_heads, x.shape[-2], source.shape[-2])  # the weights'
+        check_mask_and_bias(mask, bias, shape, hint=f". The scores are (..., H, T, S) with H = {self.n_heads}: "
+                            "one mask per sequence's keys is (B, 1, 1, S), padding_mask(lengths, S)[:, None]")

@@ -539,7 +539,7 @@ def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
 
 @torch.no_grad()
 def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = "") -> Tensor:
-    """Layer 2's attention weights (B, [H,] T, T) for ids (B, T), with one input of it cut off.
+    """Layer 2's attention weights (B, H, T, T) for ids (B, T), with one input of it cut off.
 
     embedding_only = "key" computes layer 2's keys from the embedding (tokens + positions)
     alone, without layer 1's output, its queries from the full residual stream: the
@@ -562,7 +562,7 @@ def second_layer_weights(model: DecoderOnly, ids: Tensor, embedding_only: str = 
     _, weights = second.attention.run(second.sublayer_input(second.attention_norm, queries_from),
                                       second.sublayer_input(second.attention_norm, keys_from), mask, bias,
                                       model.positions.rotate)
-    return weights  # (B, [H,] T, T)
+    return weights  # (B, H, T, T)
 
 
 @torch.no_grad()
@@ -741,8 +741,8 @@ def k_composition(model: DecoderOnly, samples: int = 100, seed: int = 0) -> tupl
     require_count("samples", samples)
     require_count("seed", seed, minimum=0)
     first, second = model.layers[0].attention, model.layers[1].attention
-    if first.n_heads is not None or second.n_heads is not None:
-        raise ValueError("k_composition takes one-head layers (config.n_heads=None)")
+    if first.n_heads != 1 or second.n_heads != 1:
+        raise ValueError(f"k_composition takes one-head layers (config.n_heads=1), got n_heads={first.n_heads}")
 
     def score(q: Tensor, k: Tensor, v: Tensor, o: Tensor) -> Tensor:  # (..., D, D) each
         qk, ov = q.mT @ k, v.mT @ o.mT

@@ -299,12 +299,12 @@ TRAIN_PEOPLE, NEW_PEOPLE = PEOPLE[:12], PEOPLE[12:]
 
 
 def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_PEOPLE,
-                     d_model: int = 24, d_ff: int = 96, n_heads: int | None = None,
+                     d_model: int = 24, d_ff: int = 96, n_heads: int = 1,
                      content: bool = True, steps: int = 150, lr: float = 0.008, batch: int = 64,
                      seed: int = 0) -> DecoderOnly:
     """Train a one-layer bidirectional DecoderOnly (float64) to rewrite X r1 r2 Y as X r Y.
 
-    d_ff = 0: attention only. n_heads: None for one head, H for H heads of width d_model / H
+    d_ff = 0: attention only. n_heads: H heads of width d_model / H
     (lesson 08). Why lesson 07 trains four: with one head, a few seeds in a hundred leave a
     rule unlearned, often because the query of some relation has come to attend to itself, so
     it never sees r2, and its saturated softmax passes back almost no gradient; with four heads

@@ -27,7 +27,7 @@ class ModelConfig:
     vocab_size: int = 8
     max_len: int = 8  # longest sequence: rows of a position table
     d_model: int = 32
-    n_heads: int | None = None  # None: one head, weights (B, T, S); H: H heads, weights (B, H, T, S)
+    n_heads: int = 1  # the attention weights are (B, H, T, S), also for one head
     d_ff: int = 0  # the FFN's hidden width; 0 = attention only (4 * d_model in the 2017 paper)
     n_decoder_layers: int = 1  # the blocks of a decoder-only model, or of the decoder
     n_encoder_layers: int = 1  # the encoder-decoder's encoder blocks (a decoder-only model has none)
@@ -66,7 +66,7 @@ class Block(nn.Module):
     """Self-attention, then (cross=True) cross-attention to a memory, then (d_ff > 0) the FFN, each
     on a residual branch: norm "none" x = x + f(x), "post" x = LN(x + f(x)), "pre" x = x + f(LN(x)).
     x: (B, T, D), memory: (B, S, D) -> (x, its attention weights, cross-attention's or None), weights
-    (B, [H,] T, S). forward checks x, the masks, bias and rotate as Attention.forward does."""
+    (B, H, T, S). forward checks x, the masks, bias and rotate as Attention.forward does."""
 
     def __init__(self, config: ModelConfig, cross: bool = False):
         super().__init__()
@@ -93,11 +93,11 @@ class Block(nn.Module):
             cache: tuple[Cache, Cache] | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         kept, kept_memory = cache or (None, None)  # a KV cache: x holds only the newest positions
         out, weights = self.attention.run(self.sublayer_input(self.attention_norm, x), None, mask, bias, rotate, kept)
-        x, cross_weights = self.add_to_stream(self.attention_norm, x, out), None  # (B, T, D); weights (B, [H,] T, S)
+        x, cross_weights = self.add_to_stream(self.attention_norm, x, out), None  # (B, T, D); weights (B, H, T, S)
         if self.cross_attention is not None:
             out, cross_weights = self.cross_attention.run(self.sublayer_input(self.cross_norm, x), memory, memory_mask,
                                                           cache=kept_memory)
-            x = self.add_to_stream(self.cross_norm, x, out)  # (B, T, D); cross_weights (B, [H,] T, S)
+            x = self.add_to_stream(self.cross_norm, x, out)  # (B, T, D); cross_weights (B, H, T, S)
         if self.ffn is not None:
             x = self.add_to_stream(self.ffn_norm, x, self.ffn.run(self.sublayer_input(self.ffn_norm, x)))
         return x, weights, cross_weights
@@ -184,7 +184,7 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """x: (B, S, D) -> memory (B, S, D). src_mask: True = real token, (B, S) or padding_mask's (B, 1, S)."""
-        return self._encode(x, require_src_mask(src_mask, require_vectors("x", x, self), self.config.n_heads))
+        return self._encode(x, require_src_mask(src_mask, require_vectors("x", x, self)))
 
     def decode(self, y: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                caches: list[tuple[Cache, Cache]] | None = None) -> tuple[Tensor, Tensor]:
@@ -196,7 +196,7 @@ class EncoderDecoder(nn.Module):
             raise ValueError(f"y {tuple(y.shape)} and memory {tuple(memory.shape)} must have the same batch size B")
         if caches is not None and (not isinstance(caches, list) or len(caches) != len(self.decoder)):
             raise ValueError(f"caches must be a list of {len(self.decoder)} (dict, dict) pairs, one per block")
-        return self._decode(y, memory, require_src_mask(src_mask, memory, self.config.n_heads), caches)
+        return self._decode(y, memory, require_src_mask(src_mask, memory), caches)
 
     def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
         return self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
@@ -214,7 +214,7 @@ class EncoderDecoder(nn.Module):
         cross_weights = None
         for i, block in enumerate(self.decoder):
             y, _, cross_weights = block.run(y, mask, memory, keys, cache=caches[i] if caches else None)
-        return self.decoder_norm(y), cross_weights  # (B, T, D), (B, [H,] T, S)
+        return self.decoder_norm(y), cross_weights  # (B, T, D), (B, H, T, S)
 
 
 # ---------------------------------------------------------------- where positions enter, and the source's padding
@@ -262,17 +262,15 @@ class LearnedPositions(Positions):
 def check_config(config: ModelConfig, at: str = "") -> None:
     """Raise, naming the field as the caller wrote it (at: "config." for a config passed on), unless
     every field of the config has a usable value."""
-    for name, minimum in (("vocab_size", 2), ("max_len", 1), ("d_model", 1), ("d_ff", 0),
+    for name, minimum in (("vocab_size", 2), ("max_len", 1), ("d_model", 1), ("n_heads", 1), ("d_ff", 0),
                           ("n_decoder_layers", 1), ("n_encoder_layers", 0), ("seed", 0)):
         require_count(f"{at}{name}", getattr(config, name), minimum)
-    if config.n_heads is not None:
-        require_count(f"{at}n_heads", config.n_heads)
     require_choice(f"{at}norm", config.norm, NORMS)
     require_choice(f"{at}positions", config.positions, POSITIONS)
     require_number(f"{at}eps", config.eps, positive=True)  # LayerNorm divides by sqrt(variance + eps)
     for name in ("causal", "residual", "bias"):
         require_bool(f"{at}{name}", getattr(config, name))
-    if config.n_heads is not None and config.d_model % config.n_heads:
+    if config.d_model % config.n_heads:
         raise ValueError(f"{at}d_model={config.d_model} does not split into {at}n_heads={config.n_heads} heads: "
                          f"n_heads must divide d_model")
 
@@ -308,9 +306,9 @@ def require_vectors(name: str, x: Tensor, model: nn.Module) -> Tensor:
     return x
 
 
-def require_src_mask(src_mask: Tensor | None, source: Tensor, n_heads: int | None) -> Tensor | None:
+def require_src_mask(src_mask: Tensor | None, source: Tensor) -> Tensor | None:
     """src_mask: None, bool (B, S) or padding_mask's (B, 1, S) for source (B, S[, D]). Returns it as
-    every query (and head) reads it: (B, 1, S), or (B, 1, 1, S) with heads."""
+    every head and query reads it: (B, 1, 1, S)."""
     if src_mask is None:
         return None
     require_mask("src_mask", src_mask, 2, 3)
@@ -318,8 +316,7 @@ def require_src_mask(src_mask: Tensor | None, source: Tensor, n_heads: int | Non
     if tuple(src_mask.shape) not in ((B, S), (B, 1, S)):
         raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} must be (B, S) = {(B, S)} "
                          "(or padding_mask's (B, 1, S)), one entry per source token")
-    keys = src_mask if src_mask.dim() == 3 else src_mask[:, None]  # (B, 1, S): the same for every query
-    return keys if n_heads is None else keys[:, None]  # (B, 1, 1, S): and for every head
+    return src_mask.reshape(B, 1, 1, S)  # the same keys for every head and query
 
 
 def require_caches(caches: list[Cache] | None, model: DecoderOnly) -> int:
@@ -344,4 +341,4 @@ def require_inputs(config: ModelConfig, src: Tensor, tgt_in: Tensor, src_mask: T
     require_ids(tgt_in, config, "tgt_in")
     if src.shape[0] != tgt_in.shape[0]:
         raise ValueError(f"src {tuple(src.shape)} and tgt_in {tuple(tgt_in.shape)} must have the same batch size B")
-    return require_src_mask(src_mask, src, config.n_heads)
+    return require_src_mask(src_mask, src)

@@ -50,8 +50,6 @@ def merge_heads(x: Tensor) -> Tensor:
 
 def _require_head(layer: Attention, head: object) -> int:
     """head must be one of the layer's heads: an int in 0..n_heads-1."""
-    if layer.n_heads is None:
-        raise ValueError("the layer has no heads (n_heads=None): build it with Attention(..., n_heads=H)")
     return require_index("head", head, layer.n_heads, "heads")
 
 

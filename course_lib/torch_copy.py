@@ -65,7 +65,7 @@ def _torch_attention(layer: Attention, batch_first: bool) -> nn.MultiheadAttenti
     if widths != (layer.d_model, layer.d_model):
         raise ValueError(f"mine must have d_k = d_v = d_model = {layer.d_model} for nn.MultiheadAttention, got "
                          f"d_k, d_v = {widths}")
-    return nn.MultiheadAttention(layer.d_model, layer.n_heads or 1, bias=layer.query.bias is not None,
+    return nn.MultiheadAttention(layer.d_model, layer.n_heads, bias=layer.query.bias is not None,
                                  batch_first=batch_first, dtype=layer.query.weight.dtype,
                                  kdim=layer.d_memory, vdim=layer.d_memory)
 
@@ -77,7 +77,7 @@ def _torch_layers(mine: Block | EncoderDecoder, batch_first: bool) -> nn.Module:
     _require_same(where, "norm (torch's layers have post-LN or pre-LN)", block.norm in ("post", "pre"), True)
     _require_same(where, "FFN presence (d_ff > 0)", block.ffn is not None, True)
     attention = block.attention
-    sizes = dict(d_model=attention.d_model, nhead=attention.n_heads or 1, dim_feedforward=block.ffn.linear1.out_features,
+    sizes = dict(d_model=attention.d_model, nhead=attention.n_heads, dim_feedforward=block.ffn.linear1.out_features,
                  dropout=0.0, activation="relu", layer_norm_eps=block.attention_norm.eps, batch_first=batch_first,
                  norm_first=block.norm == "pre", bias=attention.query.bias is not None,
                  dtype=attention.query.weight.dtype)
@@ -136,7 +136,7 @@ def _require_same(where: str, setting: str, ours: object, torchs: object) -> Non
 def _require_matching(mine: nn.Module, theirs: nn.Module, where: str) -> Pairs:
     """The weight pairs of two modules of matching kinds, comparing the settings on the way."""
     if isinstance(mine, Attention):
-        _require_same(where, "number of heads", mine.n_heads or 1, theirs.num_heads)
+        _require_same(where, "number of heads", mine.n_heads, theirs.num_heads)
         _require_same(where, "extra key/value biases (add_bias_kv)", False, theirs.bias_k is not None)
         _require_same(where, "zero key/value row (add_zero_attn)", False, theirs.add_zero_attn)
         if theirs._qkv_same_embed_dim:  # torch stacks W_Q, W_K, W_V into one (3D, D) weight

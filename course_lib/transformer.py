@@ -351,7 +351,7 @@ def greedy_decode(model: EncoderDecoder | DecoderOnly, src: Tensor, steps: int, 
                              "a rotation is not given the kept positions' offsets here")
         require_length_fits(src.shape[1] + steps, model.config.max_len, "model", "src, SEP and steps - 1 tokens")
         return _continue(model, src, steps, cache)
-    require_src_mask(src_mask, src, model.config.n_heads)  # refused here, before any step, as forward would
+    require_src_mask(src_mask, src)  # refused here, before any step, as forward would
     require_length_fits(steps, model.config.max_len, "model", "steps")
     memory = model.encode(model.embed(src), src_mask)  # (B, S, D)
     prefix = torch.full((src.shape[0], 1), BOS)  # (B, 1)
@@ -380,7 +380,7 @@ def _continue(model: DecoderOnly, src: Tensor, steps: int, cache: bool) -> Decod
         start = caches[0]["k"].shape[-2] if cache and caches[0] else 0  # positions already kept
         last = model(sequence[:, start:], caches if cache else None)[:, -1]  # (B, V)
         logits.append(last)
-        weights.append(model.layer_weights[-1][..., -1, :S])  # (B, [H,] S): the newest row's weights on the source
+        weights.append(model.layer_weights[-1][..., -1, :S])  # (B, H, S): the newest row's weights on the source
         sequence = torch.cat([sequence, last.argmax(-1, keepdim=True)], dim=1)
     return Decoding(sequence[:, S + 1:], torch.stack(logits, 1), torch.stack(weights, -2))
 
