@@ -81,11 +81,11 @@ class Block(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None, bias: Tensor | None = None,
                 rotate: Rotation | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        mask = self.attention.check_input(x, None, mask, bias, rotate)
+        self.attention.check_input(x, None, mask, bias, rotate)
         if (memory is None) != (self.cross_attention is None):
             raise ValueError("memory must be given to a block with cross-attention (cross=True), and only to one")
         if memory is not None:
-            memory_mask = self.cross_attention.check_input(x, memory, memory_mask, None)
+            self.cross_attention.check_input(x, memory, memory_mask, None)
         return self.run(x, mask, memory, memory_mask, bias, rotate)
 
     def run(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,

@@ -30,14 +30,15 @@ BAD_INPUT = {
                             "rotate must be a function \\(q, k\\) -> \\(q, k\\), got int"),
     "rotate a tensor": (lambda: Attention(8)(torch.randn(3, 8), rotate=torch.eye(8)), TypeError,
                         "rotate must be a function"),
-    # B = H: (2, 1, S) is one mask per sequence or one per head; the layer cannot tell
-    "padding mask when B = H": (lambda: Attention(8, n_heads=2)(torch.randn(2, 5, 8), mask=padding_mask([5, 2], 5)),
-                                ValueError, r"mask of shape \(2, 1, 5\) can be read two ways by a layer with n_heads=2"),
-    "padding mask of another batch": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8), mask=padding_mask([5, 2], 5)),
-                                      ValueError, r"mask of shape \(2, 1, 5\) can be read two ways"),
-    "padding mask of other keys": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8), mask=padding_mask([5, 2, 1], 6)),
-                                   ValueError, r"mask of shape \(3, 1, 6\) \(one per sequence\) must fit the weights' "
-                                   r"shape \(3, 2, 5, 5\): S=5 keys"),
+    # padding_mask's (B, 1, S) without the head axis: broadcast against (B, H, T, S) it would grow the scores
+    "padding mask without its head axis": (lambda: Attention(8)(torch.randn(3, 5, 8), mask=padding_mask([5, 2, 1], 5)),
+                                           ValueError, r"mask of shape \(3, 1, 5\) does not broadcast to the scores' "
+                                           r"shape \(3, 1, 5, 5\).*one mask per sequence's keys is \(B, 1, 1, S\), "
+                                           r"padding_mask\(lengths, S\)\[:, None\]"),
+    "padding mask of other keys": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8),
+                                                                  mask=padding_mask([5, 2, 1], 6)[:, None]),
+                                   ValueError, r"mask of shape \(3, 1, 1, 6\) does not broadcast with scores of shape "
+                                   r"\(3, 2, 5, 5\)"),
 }
 
 
@@ -48,18 +49,13 @@ def test_bad_input_names_the_argument_and_the_problem(case):
         call()
 
 
-@pytest.mark.parametrize("n_heads", [2, 4])
-def test_lesson_02s_padding_mask_works_on_a_layer_with_heads(n_heads):
-    """padding_mask (B, 1, S) was refused by a layer with heads; it now means one mask per sequence."""
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_lesson_02s_padding_mask_with_a_head_axis_is_one_mask_per_sequence(n_heads):
     torch.manual_seed(0)
     layer = Attention(8, n_heads=n_heads, bias=True).double()
     x = torch.randn(3, 5, 8, dtype=torch.float64)
-    mask = padding_mask([5, 3, 1], 5)  # (B, 1, S)
-    out, weights = layer(x, mask=mask)
-    assert weights.shape == (3, n_heads, 5, 5)
-    explicit_out, explicit_weights = layer(x, mask=mask[:, None])  # (B, 1, 1, S): the unambiguous form
-    torch.testing.assert_close(out, explicit_out, atol=0, rtol=0)
-    torch.testing.assert_close(weights, explicit_weights, atol=0, rtol=0)
+    out, weights = layer(x, mask=padding_mask([5, 3, 1], 5)[:, None])  # (B, 1, 1, S): every head and query
+    assert weights.shape == (3, n_heads, 5, 5)  # one head too has its axis
     for b, n in enumerate([5, 3, 1]):  # every head of sequence b gives its padding keys weight 0
         assert torch.all(weights[b, :, :, n:] == 0) and torch.all(weights[b, :, :, :n] > 0)
     # and each sequence's output is the one it gets alone, without its padding
@@ -68,10 +64,13 @@ def test_lesson_02s_padding_mask_works_on_a_layer_with_heads(n_heads):
         torch.testing.assert_close(out[b:b + 1], alone, atol=1e-12, rtol=0)
 
 
-def test_a_per_head_mask_still_reads_per_head():
-    """(H, 1, S) with B != H was, and stays, refused as ambiguous; (1, H, 1, S) is one per head."""
+def test_a_mask_is_read_by_broadcasting_alone_so_a_3d_mask_is_one_per_head():
+    """Nothing reads a mask's meaning from its shape: (H, 1, S) lines up with (B, H, T, S)'s last three
+    axes, so it is one mask per head, the same as (1, H, 1, S), whatever the batch size B."""
     layer = Attention(8, n_heads=2)
-    x = torch.randn(3, 5, 8)
-    per_head = torch.tensor([[True] * 5, [True, False, False, False, False]])[None, :, None]  # (1, H, 1, S)
-    weights = layer(x, mask=per_head)[1]
-    assert torch.all(weights[:, 1, :, 1:] == 0) and torch.all(weights[:, 0] > 0)
+    per_head = torch.tensor([[True] * 5, [True, False, False, False, False]])[:, None]  # (H, 1, S)
+    for B in (2, 3):  # B = H included: the layer does not guess that (2, 1, S) meant one per sequence
+        x = torch.randn(B, 5, 8)
+        weights = layer(x, mask=per_head)[1]
+        assert torch.all(weights[:, 1, :, 1:] == 0) and torch.all(weights[:, 0] > 0)
+        torch.testing.assert_close(weights, layer(x, mask=per_head[None])[1], atol=0, rtol=0)
