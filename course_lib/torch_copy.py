@@ -39,9 +39,9 @@ def to_torch_mha_mask(mask: Tensor) -> Tensor:
 def to_torch(mine: Attention | Block | EncoderDecoder, batch_first: bool = True) -> nn.Module:
     """A new torch module holding `mine`'s weights and computing what it computes (dropout 0).
 
-    Attention -> nn.MultiheadAttention (needs d_k = d_v = d_model, as torch projects to embed_dim; a
-    d_memory != d_model becomes kdim = vdim; its weights are (B, H, T, S) with
-    average_attn_weights=False, for one head too). Block -> nn.TransformerEncoderLayer, or
+    Attention -> nn.MultiheadAttention with num_heads = mine.n_heads (needs d_k = d_v = d_model, as
+    torch projects to embed_dim; a d_memory != d_model becomes kdim = vdim); with
+    average_attn_weights=False its weights are (B, H, T, S), as ours, for every H. Block -> nn.TransformerEncoderLayer, or
     nn.TransformerDecoderLayer for cross=True. EncoderDecoder -> nn.Transformer (its blocks and final
     norms; embeddings, positions and read-out are ours alone). A setting torch cannot take (no norm,
     no FFN, no residual, attention without biases beside a biased FFN) is refused by name, as

@@ -151,15 +151,18 @@ def test_modules_of_other_kinds_are_refused(mine, theirs, error, message):
         from_torch(mine, theirs)
 
 
-@pytest.mark.parametrize("n_heads", [None, 2])
+@pytest.mark.parametrize("n_heads", [1, 2])
 def test_to_torch_returns_a_new_torch_layer_and_from_torch_the_layer_it_filled(n_heads):
+    """One head is H = 1 on both sides: the same outputs, and the same (B, H, T, S) weights."""
     torch.manual_seed(0)
     layer = Attention(D, n_heads=n_heads, bias=True).double()
     theirs = to_torch(layer)
-    assert isinstance(theirs, nn.MultiheadAttention) and theirs.num_heads == (n_heads or 1)
+    assert isinstance(theirs, nn.MultiheadAttention) and theirs.num_heads == n_heads
     x = torch.randn(2, 5, D, dtype=torch.float64)
     with torch.no_grad():
-        torch.testing.assert_close(theirs(x, x, x, need_weights=False)[0], layer(x)[0], atol=1e-12, rtol=0)
+        out, weights = theirs(x, x, x, average_attn_weights=False)  # weights (B, H, T, S), as ours
+        torch.testing.assert_close(out, layer(x)[0], atol=1e-12, rtol=0)
+        torch.testing.assert_close(weights, layer(x)[1], atol=1e-12, rtol=0)
         for p in theirs.parameters():  # change torch's; copying back must give ours torch's new function
             p.mul_(-0.5)
         fresh = Attention(D, n_heads=n_heads, bias=True).double()
