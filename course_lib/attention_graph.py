@@ -66,7 +66,11 @@ def attention_graph(weights: Tensor, labels: Sequence[str] | None = None,
     """
     import networkx as nx
 
-    require_row_stochastic("weights", weights, max_rank=2)  # one (T, S) matrix
+    require_float("weights", weights)
+    if weights.dim() != 2:  # a layer's or model's weights are (B, H, T, S): draw one example's one head
+        raise ValueError(f"weights must be one (T, S) matrix to draw, got shape {tuple(weights.shape)} "
+                         f"(a model's are (B, H, T, S): pick one example's one head, e.g. weights[0, 0])")
+    require_row_stochastic("weights", weights)
     threshold = require_number("threshold", threshold, non_negative=True, at_most=1.0)
     n = max(weights.shape)
     labels = _require_labels(labels, n)
@@ -116,7 +120,9 @@ def attention_rollout(layer_weights: Sequence[Tensor], residual: float = 0.5) ->
 
     layer_weights: one (..., T, T) per layer, first layer first -> (..., T, T). Entry [i, j] is the
     sum over every path i -> k_{L-1} -> ... -> j of the product of its edge weights: how much of
-    position i's last state traces back to token j. Rows still sum to 1.
+    position i's last state traces back to token j. Rows still sum to 1. A model's
+    layer_weights, (B, H, T, T) each, roll out per example and per head; with one head (H = 1),
+    that head's rollout is the model's.
     """
     _require_layers(layer_weights)
     rollout = with_residual(layer_weights[0], residual)
@@ -129,16 +135,18 @@ def layered_graph(layer_weights: Sequence[Tensor], residual: float = 0.0,
                   threshold: float = 0.0) -> nx.DiGraph:
     """Every layer's graph stacked: node (l, i) is position i after layer l (l = 0: the tokens).
 
-    layer_weights: one (T, T) per layer. An edge (l, i) -> (l - 1, j) carries layer l's weight
-    (with the residual self-loop) when above `threshold`. With threshold 0, the paths from (L, i)
-    to (0, j) multiply out to attention_rollout(...)[i, j].
+    layer_weights: one (T, T) per layer (from a model's (B, H, T, T): weights[0, 0]). An edge
+    (l, i) -> (l - 1, j) carries layer l's weight (with the residual self-loop) when above
+    `threshold`. With threshold 0, the paths from (L, i) to (0, j) multiply out to
+    attention_rollout(...)[i, j].
     """
     import networkx as nx
 
     _require_layers(layer_weights)
     if layer_weights[0].dim() != 2:
         raise ValueError(f"layer_weights must be (T, T) each, one example's, to draw: got shape "
-                         f"{tuple(layer_weights[0].shape)} (pick one, e.g. weights[0])")
+                         f"{tuple(layer_weights[0].shape)} (a model's are (B, H, T, T): pick one "
+                         f"example's one head, e.g. weights[0, 0])")
     threshold = require_number("threshold", threshold, non_negative=True, at_most=1.0)
 
     T = layer_weights[0].shape[-1]
@@ -686,8 +694,8 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
             ready[id(sop)] = slot + 1
     n_blocks = max(1, (max(ready.values()) + 1) // 2)
     config = ModelConfig(vocab_size=max(n_symbols, *out_values, 1) + 1, max_len=max_len + 1, d_model=width,
-                         d_ff=max(mlp_units.values(), default=0), n_decoder_layers=n_blocks, norm="none",
-                         positions="learned", causal=False, bias=True)
+                         d_ff=max(mlp_units.values(), default=0), n_decoder_layers=n_blocks, n_heads=1,
+                         norm="none", positions="learned", causal=False, bias=True)  # one head per selector
     model = DecoderOnly(config).double()
     col = lambda sop, value: columns[id(sop)][value_sets[id(sop)].index(value)]
     with torch.no_grad():
@@ -783,7 +791,7 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
 def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
     """The compiled model's answer: sequences (B, T) in 1..n_symbols -> (B, T), the argmax of
     its logits at every position after BOS. The model's last attention weights stay in
-    compiled.model.layer_weights (one (B, 1 + T, 1 + T) per block)."""
+    compiled.model.layer_weights (one (B, 1, 1 + T, 1 + T) per block: one head each)."""
     _require_compiled_input(compiled, sequences)
     ids = _with_bos(compiled, sequences)  # (B, 1 + T)
     with torch.no_grad():

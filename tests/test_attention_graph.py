@@ -100,7 +100,7 @@ def test_rollout_of_the_induction_model_reaches_the_copied_token_only_with_the_r
     model = hand_set_induction_model(torch.eye(8, dtype=torch.float64), 12)
     ids = torch.tensor([[0, 3, 5, 2, 7, 4, 3, 5, 2, 7, 4, 3]])
     assert model(ids).argmax(-1)[0, -1] == 5
-    layers = [w[0] for w in model.layer_weights]
+    layers = [w[0, 0] for w in model.layer_weights]  # (B, H, T, T) each: example 0, its one head
     plain, rolled = attention_rollout(layers, 0.0)[-1], attention_rollout(layers, 0.5)[-1]
     sources = [2, 7]  # the positions that hold the predicted token 5
     assert float(plain[sources].sum()) < 1e-6  # softmax leaks e^-20 per key
@@ -325,7 +325,7 @@ def test_compiled_model_is_the_course_model_and_its_forward():
     compiled = compile_program(PROGRAMS["reverse"](), 5, 5)
     model = compiled.model
     assert type(model) is DecoderOnly and all(type(b) is Block for b in model.layers)
-    assert (model.config.norm, model.config.causal, model.config.n_heads) == ("none", False, None)
+    assert (model.config.norm, model.config.causal, model.config.n_heads) == ("none", False, 1)
     x = inputs("reverse", 20, 4)
     ids = torch.cat([torch.zeros(20, 1, dtype=torch.long), x], 1)
     assert torch.equal(model(ids)[:, 1:].argmax(-1), x.flip(-1))  # the model's own forward, no helper
@@ -338,7 +338,7 @@ def test_sort_heads_draw_the_selectors_and_nothing_falls_back_on_bos():
     compiled = compile_program(rasp_sort(), 6, 6)
     x = inputs("sort", 50, 6, n_symbols=6)
     run_compiled(compiled, x)
-    first, second = (w[:, 1:] for w in compiled.model.layer_weights)  # (B, T, 1 + T)
+    first, second = (w[:, 0, 1:] for w in compiled.model.layer_weights)  # (B, T, 1 + T): the one head
     smaller = x[:, None, :] < x[:, :, None]  # (B, T, T): [q, k] = token_k < token_q
     assert torch.equal(first[..., 1:] > 1e-6, smaller)
     assert torch.allclose(first[..., 0], 1 / (smaller.sum(-1) + 1).double(), atol=1e-9)

@@ -37,7 +37,7 @@ def induction_layers() -> tuple[list[Tensor], list[str]]:
     model, ids, labels = induction_model()
     with torch.no_grad():
         model(ids)
-    return [w[0] for w in model.layer_weights], labels
+    return [w[0, 0] for w in model.layer_weights], labels  # (B, H, T, T) each: example 0, its one head
 
 
 def _layered_svg(mixed: list[np.ndarray], labels: list[str], threshold: float, query: int) -> str:
