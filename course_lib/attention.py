@@ -89,6 +89,12 @@ def causal_mask(T: int, S: int | None = None) -> Tensor:
     return torch.ones(T, S, dtype=torch.bool).tril()  # (T, S)
 
 
+def causal_rows(start: int, T: int) -> Tensor:
+    """(T, start + T): rows start..start+T-1 of causal_mask(start + T), what T new positions read after
+    `start` kept ones (a decoder's cache). On checked input: the models' entry checked the lengths."""
+    return torch.ones(T, start + T, dtype=torch.bool).tril(start)  # (T, start + T)
+
+
 # ---------------------------------------------------------------- the layer
 
 def _split_heads(x: Tensor, n_heads: int) -> Tensor:

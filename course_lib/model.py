@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import Attention, Cache, Rotation, causal_mask
+from .attention import Attention, Cache, Rotation, causal_rows
 from .guards import (require_bool, require_choice, require_count, require_float, require_instance, require_length_fits,
                      require_mask, require_number, require_same_dtype, require_token_ids, require_width)
 
@@ -144,7 +144,7 @@ class DecoderOnly(nn.Module):
         start = require_caches(caches, self)  # positions kept before
         T = require_ids(ids, self.config, start=start)
         x = self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
-        mask = causal_mask(start + T)[start:] if self.config.causal else None  # (T, start + T): the new rows
+        mask = causal_rows(start, T) if self.config.causal else None  # (T, start + T)
         bias = self.positions.score_bias(start + T)  # (start + T, start + T) or None
         bias = bias if bias is None else bias[..., start:, :]  # (T, start + T)
         self.layer_weights = []
@@ -202,7 +202,7 @@ class EncoderDecoder(nn.Module):
         return self.positions.add(self.tokens(ids).to(self.readout.weight.dtype), start)  # (B, T, D)
 
     def _encode(self, x: Tensor, keys: Tensor | None) -> Tensor:
-        """keys: which source positions are real, as the weights read it, (B, 1, [1,] S), or None."""
+        """keys: which source positions are real, as the weights read it, (B, 1, 1, S), or None."""
         for block in self.encoder:
             x = block.run(x, keys)[0]  # (B, S, D)
         return self.encoder_norm(x)
@@ -210,7 +210,7 @@ class EncoderDecoder(nn.Module):
     def _decode(self, y: Tensor, memory: Tensor, keys: Tensor | None,
                 caches: list[tuple[Cache, Cache]] | None = None) -> tuple[Tensor, Tensor]:
         start = caches[0][0]["k"].shape[-2] if caches and caches[0][0] else 0  # positions decoded before
-        mask = causal_mask(start + y.shape[-2])[start:]  # (T, start + T): the new rows only
+        mask = causal_rows(start, y.shape[-2])  # (T, start + T)
         cross_weights = None
         for i, block in enumerate(self.decoder):
             y, _, cross_weights = block.run(y, mask, memory, keys, cache=caches[i] if caches else None)
