@@ -11,6 +11,10 @@ boolean `attn_mask` and `key_padding_mask` use the opposite one, True = NOT allo
 Additive masks are float: 0 where allowed, -inf where not, added to the scores before the softmax.
 What a score costs and whether a layer is causal are measured in course_lib.measure.
 
+Masks broadcast by torch's rule and nothing else. The head-free scores of lesson 01 are (B, T, S);
+an Attention layer's weights have a head axis, (B, H, T, S) (H = 1 for one head), so a per-sequence
+mask for a layer carries it with size 1: (B, 1, T, S), or (B, 1, 1, S) for padding alone.
+
 A query whose every key is masked gets zero weights and a zero output row, never NaN
 (course_lib.attention_scores.softmax returns zeros for an all -inf row).
 """
@@ -36,7 +40,9 @@ def padding_mask(lengths: Sequence[int] | Tensor, S: int, side: str = "right") -
 
     lengths: B real-token counts, each in 0..S. side="right" pads at the end (real tokens
     first), side="left" pads at the start. The middle axis of size 1 broadcasts over the T
-    query positions, so the result combines with a (T, S) causal mask into (B, T, S).
+    query positions, so the result combines with a (T, S) causal mask into (B, T, S): one mask per
+    sequence for head-free (B, T, S) scores, such as scaled_dot_product_attention's. An Attention
+    layer's weights are (B, H, T, S): give it padding_mask(lengths, S)[:, None], (B, 1, 1, S).
     """
     S = require_count("S", S, minimum=0)
     lengths = _require_lengths("lengths", lengths, S)
@@ -86,50 +92,57 @@ def additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 # ------------------------------------------------------------------ one attention layer, three uses
 # The layer is course_lib.attention's `Attention`; a float (additive) mask goes in as its `bias=`.
+# Its weights always have a head axis, (B, H, T, S), also with one head (H = 1), and it reads a mask
+# by torch's broadcasting rule alone: a mask for it needs that head axis, of size 1 to serve every head.
 
 
-def _require_lengths_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
-    """padding_mask for x: (B, S, D) from B lengths, or None; the count of lengths must be B."""
+def _require_layer_padding_mask(name: str, lengths: Sequence[int] | Tensor | None, x: Tensor) -> Tensor | None:
+    """For a layer over x: (B, S, D), B lengths -> (B, 1, 1, S) boolean (None without lengths).
+
+    padding_mask's (B, 1, S) with a head axis added in front of the query axis: both of size 1, so
+    every head and every query of sequence b hides its padding keys. The count of lengths must be B.
+    """
     if lengths is None:
         return None
     mask = padding_mask(_require_lengths(name, lengths, x.shape[1]), x.shape[1])  # (B', 1, S)
     if mask.shape[0] != x.shape[0]:
         raise ValueError(f"{name} must give one length per sequence: {mask.shape[0]} lengths for a batch of "
                          f"B={x.shape[0]} sequences")
-    return mask
+    return mask[:, None]  # (B, 1, 1, S): heads, queries, keys
 
 
 def encoder_self_attention(layer: Attention, source: Tensor,
                            source_lengths: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
     """Source attends to itself; only padding keys are hidden.
 
-    source: (B, n, D) -> output (B, n, D), weights (B, n, n).
+    source: (B, n, D) -> output (B, n, D), weights (B, H, n, n), H = layer.n_heads (1 by default).
     """
     require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_width("source", require_float("source", source, 3, 3), layer.d_model)
-    mask = _require_lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
-    return layer(source, mask=mask)
+    mask = _require_layer_padding_mask("source_lengths", source_lengths, source)  # (B, 1, 1, n) or None
+    return layer(source, mask=mask)  # (B, n, D), (B, H, n, n)
 
 
 def decoder_self_attention(layer: Attention, target: Tensor,
                            target_lengths: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
     """Target attends to its own past: causal mask AND padding mask.
 
-    target: (B, m, D) -> output (B, m, D), weights (B, m, m), zero above the diagonal.
+    target: (B, m, D) -> output (B, m, D), weights (B, H, m, m), zero above the diagonal.
     """
     require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_width("target", require_float("target", target, 3, 3), layer.d_model)
-    mask = causal_mask(target.shape[1])  # (m, m)
+    mask = causal_mask(target.shape[1])  # (m, m): the same for every sequence and head
     if target_lengths is not None:
-        mask = combine_masks(mask, _require_lengths_mask("target_lengths", target_lengths, target))  # (B, m, m)
-    return layer(target, mask=mask)
+        padding = _require_layer_padding_mask("target_lengths", target_lengths, target)  # (B, 1, 1, m)
+        mask = combine_masks(mask, padding)  # (B, 1, m, m)
+    return layer(target, mask=mask)  # (B, m, D), (B, H, m, m)
 
 
 def cross_attention(layer: Attention, target: Tensor, source: Tensor,
                     source_lengths: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
     """Queries from the target, keys and values from the (encoded) source; no causal mask.
 
-    target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, m, n).
+    target: (B, m, D), source: (B, n, d_memory) -> output (B, m, D), weights (B, H, m, n).
     """
     require_instance("layer", layer, Attention, "a course_lib.attention.Attention layer")
     require_width("target", require_float("target", target, 3, 3), layer.d_model)
@@ -137,8 +150,8 @@ def cross_attention(layer: Attention, target: Tensor, source: Tensor,
     if target.shape[0] != source.shape[0]:
         raise ValueError(f"target {tuple(target.shape)} and source {tuple(source.shape)} must have the same "
                          "batch size B")
-    mask = _require_lengths_mask("source_lengths", source_lengths, source)  # (B, 1, n) or None
-    return layer(target, source, mask=mask)
+    mask = _require_layer_padding_mask("source_lengths", source_lengths, source)  # (B, 1, 1, n) or None
+    return layer(target, source, mask=mask)  # (B, m, D), (B, H, m, n)
 
 
 # ------------------------------------------------------------------ additive (Bahdanau) attention

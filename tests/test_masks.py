@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.attention_scores import scaled_dot_product_attention
+from course_lib.attention_scores import attention_scores, scaled_dot_product_attention, softmax
 from course_lib.attention import Attention
 from course_lib.masks import (SOURCE, SOURCE_LENGTHS, TARGET, TARGET_LENGTHS, AdditiveScorer, additive_attention,
                               additive_mask, causal_mask, combine_masks, cross_attention, decoder_self_attention,
@@ -103,9 +103,9 @@ def test_fully_masked_row_is_zeros_as_torch_sdpa_gives_and_never_nan():
 def test_torch_multihead_attention_gives_nan_where_we_give_zeros():
     layer = seeded_layer(8)
     x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(6))
-    pad = padding_mask([2, 4], 4, side="left")
+    pad = padding_mask([2, 4], 4, side="left")  # (B, 1, S)
     with torch.no_grad():
-        ours, _ = layer(x, mask=combine_masks(causal_mask(4), pad))
+        ours, _ = layer(x, mask=combine_masks(causal_mask(4), pad[:, None]))  # mask (B, 1, T, S): every head
         theirs, _ = to_torch(layer)(x, x, x, attn_mask=to_torch_mha_mask(causal_mask(4)),
                                                   key_padding_mask=to_torch_mha_mask(pad[:, 0]))
     assert torch.isnan(theirs[0, :2]).all() and not torch.isnan(ours).any()
@@ -122,7 +122,8 @@ def test_layer_matches_multihead_attention_after_inverting_masks(which, bias, dt
     mha = to_torch(layer)
     x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(7), dtype=dtype)
     causal, pad = causal_mask(5), padding_mask([2, 5, 4], 5)  # ours: True = may attend
-    ours_mask = {"causal": causal, "padding": pad, "both": combine_masks(causal, pad)}[which]
+    layer_pad = pad[:, None]  # (B, 1, 1, S): the layer's weights are (B, H, T, S)
+    ours_mask = {"causal": causal, "padding": layer_pad, "both": combine_masks(causal, layer_pad)}[which]
     # The conversion: torch's MHA reads a boolean True as "may NOT attend", so both masks are inverted,
     # and the (B, 1, S) padding mask loses its query axis to become a (B, S) key_padding_mask.
     attn_mask = to_torch_mha_mask(causal) if which != "padding" else None
@@ -134,8 +135,9 @@ def test_layer_matches_multihead_attention_after_inverting_masks(which, bias, dt
     with torch.no_grad():
         ours, our_weights = layer(x, mask=ours_mask)
         theirs, their_weights = mha(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
+    assert our_weights.shape == (3, 1, 5, 5)  # (B, H, T, S), one head; torch's averages its heads: (B, T, S)
     assert torch.allclose(ours, theirs, atol=TOL[dtype])
-    assert torch.allclose(our_weights, their_weights, atol=TOL[dtype])
+    assert torch.allclose(our_weights[:, 0], their_weights, atol=TOL[dtype])
 
 
 def test_masks_passed_to_multihead_attention_without_inverting_pick_the_forbidden_keys():
@@ -159,7 +161,7 @@ def test_cross_attention_matches_multihead_attention_with_key_padding_mask(dtype
         ours, weights = cross_attention(layer, target, source, [2, 3])
         theirs, _ = to_torch(layer)(target, source, source,
                                                   key_padding_mask=to_torch_mha_mask(padding_mask([2, 3], 3)[:, 0]))
-    assert weights.shape == (2, 5, 3)  # m x n
+    assert weights.shape == (2, 1, 5, 3)  # (B, H, m, n): one head
     assert torch.allclose(ours, theirs, atol=TOL[dtype])
 
 
@@ -174,21 +176,22 @@ def test_cross_attention_of_another_width_matches_multihead_attention_with_kdim(
         ours, weights = cross_attention(layer, target, source, [2, 3])
         theirs, their_weights = mha(target, source, source,
                                     key_padding_mask=to_torch_mha_mask(padding_mask([2, 3], 3)[:, 0]))
-    assert torch.allclose(ours, theirs, atol=1e-12) and torch.allclose(weights, their_weights, atol=1e-12)
+    assert torch.allclose(ours, theirs, atol=1e-12) and torch.allclose(weights[:, 0], their_weights, atol=1e-12)
 
 
 @pytest.mark.parametrize("form", ["boolean", "additive"])
 def test_gradients_through_a_fully_masked_row_are_finite(form):
     layer = seeded_layer(8, torch.float64, bias=True)
     x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(11), dtype=torch.float64).requires_grad_(True)
-    mask = combine_masks(causal_mask(5), padding_mask([3, 5], 5, side="left"))  # sentence 0: rows 0, 1 are dead
-    assert not mask[0, :2].any() and mask[0, 2:].any(-1).all()
+    pad = padding_mask([3, 5], 5, side="left")[:, None]  # (B, 1, 1, S) for the layer's (B, H, T, S)
+    mask = combine_masks(causal_mask(5), pad)  # (B, 1, T, S); sentence 0: rows 0, 1 are dead
+    assert not mask[0, 0, :2].any() and mask[0, 0, 2:].any(-1).all()
     kwargs = {"mask": mask} if form == "boolean" else {"bias": additive_mask(mask, torch.float64)}
     out, weights = layer(x, **kwargs)
     out.pow(2).sum().backward()
     grads = [x.grad] + [p.grad for p in layer.parameters()]
     assert all(torch.isfinite(g).all() for g in grads)
-    assert torch.equal(weights[0, :2], torch.zeros(2, 5, dtype=torch.float64))
+    assert torch.equal(weights[0, 0, :2], torch.zeros(2, 5, dtype=torch.float64))
     # The live rows still learn: a dead row contributes zero gradient, not NaN and not nothing at all.
     assert x.grad[1].abs().sum() > 0 and layer.query.weight.grad.abs().sum() > 0
 
@@ -286,7 +289,8 @@ def test_three_uses_have_the_right_shapes_and_masks():
     dec_out, dec_w = decoder_self_attention(layer, target, TARGET_LENGTHS)
     _, crs_w = cross_attention(layer, dec_out, source, SOURCE_LENGTHS)
     n, m = len(SOURCE[0]), len(TARGET[0])
-    assert enc_w.shape == (2, n, n) and dec_w.shape == (2, m, m) and crs_w.shape == (2, m, n)
+    assert enc_w.shape == (2, 1, n, n) and dec_w.shape == (2, 1, m, m) and crs_w.shape == (2, 1, m, n)  # H = 1
+    enc_w, dec_w, crs_w = enc_w[:, 0], dec_w[:, 0], crs_w[:, 0]  # the one head: (B, T, S)
     assert (dec_w.triu(1) == 0).all()  # causal
     assert (enc_w[1, :, 3] == 0).all() and (crs_w[1, :, 3] == 0).all() and (dec_w[1, :, 4] == 0).all()  # padding
     assert (crs_w[0, 1:] > 0).all()  # cross-attention sees the whole source
@@ -297,7 +301,7 @@ def test_unpadded_uses_need_no_lengths():
     source, target = toy_translation_batch()
     layer = matching_layer(source.shape[-1])
     assert (encoder_self_attention(layer, source)[1] > 0).all()
-    assert decoder_self_attention(layer, target)[1].shape == (2, 5, 5)
+    assert decoder_self_attention(layer, target)[1].shape == (2, 1, 5, 5)
 
 
 def test_toy_embeddings_share_the_meaning_coordinate():
@@ -337,7 +341,7 @@ def test_additive_attention_is_row_stochastic_and_masked():
 def test_additive_scorer_can_learn_the_dot_product_alignment():
     source, target = toy_translation_batch()
     layer = matching_layer(source.shape[-1])
-    _, crs_w = cross_attention(layer, target, source, SOURCE_LENGTHS)
+    crs_w = cross_attention(layer, target, source, SOURCE_LENGTHS)[1][:, 0]  # (B, m, n): the one head
     torch.manual_seed(0)
     scorer = AdditiveScorer(source.shape[-1], source.shape[-1], 16)
     mask = padding_mask(SOURCE_LENGTHS, 4)
@@ -536,8 +540,23 @@ def test_attention_layer_rejects_wrong_widths_naming_the_shape():
 
 
 def test_attention_layer_rejects_a_mask_of_the_wrong_shape():
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* scores of shape \(2, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* scores of shape "
+                                         r"\(2, 1, 5, 5\)"):
         Attention(8)(torch.randn(2, 5, 8), mask=causal_mask(4))
+
+
+def test_a_layer_takes_padding_mask_with_a_head_axis_and_names_it_when_missing():
+    """padding_mask's (B, 1, S) is for head-free (B, T, S) scores; a layer's are (B, H, T, S)."""
+    layer, x = seeded_layer(8), torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(17))
+    pad = padding_mask([2, 5, 4], 5)  # (B, 1, S)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 5\) does not broadcast .* \(B, 1, 1, S\), "
+                                         r"padding_mask\(lengths, S\)\[:, None\]"):
+        layer(x, mask=pad)
+    with torch.no_grad():
+        _, weights = layer(x, mask=pad[:, None])  # (B, 1, 1, S): every head and query
+        scores = attention_scores(layer.query(x), layer.key(x))  # (B, T, S): one head, head-free
+    assert weights.shape == (3, 1, 5, 5)
+    torch.testing.assert_close(weights[:, 0], softmax(scores, mask=pad))  # the same mask, without the head axis
 
 
 def test_cross_attention_rejects_batch_mismatch_and_wrong_rank():
@@ -722,9 +741,9 @@ def test_tiny_model_layers_are_attention_then_mlp_each_with_a_residual():
         weights.append(w)
     torch.testing.assert_close(model(ids), model.readout(x), atol=1e-12, rtol=0)
     assert len(model.layer_weights) == 2
-    for got, want in zip(model.layer_weights, weights):
-        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    torch.testing.assert_close(model.last_weights, weights[0], atol=1e-12, rtol=0)
+    for got, want in zip(model.layer_weights, weights):  # (B, H, T, S) with H = 1, and (B, T, S)
+        torch.testing.assert_close(got, want[:, None], atol=1e-12, rtol=0)
+    torch.testing.assert_close(model.last_weights, weights[0][:, None], atol=1e-12, rtol=0)
 
 
 def test_one_layer_without_mlp_keeps_the_lesson_02_model_and_its_initial_weights():

@@ -56,7 +56,8 @@ def mask_explorer_widget() -> LiveView:
         for kind, (query_side, key_side) in KINDS.items():
             q, k = embedded[query_side], embedded[key_side]
             scorers[kind] = AdditiveScorer(q.shape[-1], k.shape[-1], d_hidden=16)
-            fit_additive_scorer(scorers[kind], q, k, layer(q, k)[1], steps=60)
+            dot_weights = layer(q, k)[1][:, 0]  # (B, H=1, rows, cols) -> the layer's one head
+            fit_additive_scorer(scorers[kind], q, k, dot_weights, steps=60)
 
     # Every weight matrix the controls can ask for, computed now: for each use, scorer and mask, the
     # softmax of (score scale) x scores at each scale on the slider. render() only looks them up.
