@@ -493,16 +493,27 @@ def copy_lead(model: DecoderOnly, ids: Tensor, targets: Tensor) -> float:
     return float((logits.gather(1, wanted)[:, 0] - others).min())
 
 
-def weight_on_source(weights: Tensor, offset: int) -> Tensor:
-    """Attention weight of query i on key i + offset, averaged over the batch.
+def weight_on_source(weights: Tensor, offset: int, head: int = 0) -> Tensor:
+    """Attention weight of query i on key i + offset in one head, averaged over the batch.
 
-    weights (B, T, T) -> (T - |offset|,).
+    weights (B, H, T, T), a layer's self-attention weights (model.last_weights, or
+    model.layer_weights[k]); head: which of its H heads (0, the only one, in a one-head model)
+    -> (T - |offset|,).
     """
-    require_float("weights", weights, 3, 3)
-    if weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must be self-attention weights (B, T, T), got shape {tuple(weights.shape)}")
+    weights = _require_head_weights(weights, head)  # (B, T, T)
     _require_offset(offset, weights.shape[-1])
     return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(0)
+
+
+def _require_head_weights(weights: object, head: object) -> Tensor:
+    """weights (B, H, T, T) of a self-attention layer -> head `head`'s (B, T, T)."""
+    require_float("weights", weights)
+    if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be a layer's self-attention weights (B, H, T, T), with the head axis H (1 for "
+                         f"one head) and one column per key of the query's own sequence, got shape "
+                         f"{tuple(weights.shape)}")
+    head = require_index("head", head, weights.shape[1], "heads in weights (B, H, T, T)")
+    return weights[:, head]  # (B, T, T)
 
 
 def matching_keys(ids: Tensor) -> Tensor:
@@ -520,17 +531,19 @@ def matching_keys(ids: Tensor) -> Tensor:
     return matches & earlier
 
 
-def induction_scores(weights: Tensor, ids: Tensor) -> Tensor:
-    """Weight of query i on its matching keys (see matching_keys), per position.
+def induction_scores(weights: Tensor, ids: Tensor, head: int = 0) -> Tensor:
+    """Weight of query i on its matching keys (see matching_keys), per position, in one head.
 
-    weights (B, T, T) of one head, ids (B, T) -> (T,): the mean over the sequences in which
-    query i has a matching key, NaN where none has.
+    weights (B, H, T, T), a layer's self-attention weights for ids (B, T); head: which of its
+    H heads (0, the only one, in a one-head model) -> (T,): the mean over the sequences in
+    which query i has a matching key, NaN where none has.
     """
-    require_float("weights", weights, 3, 3)
+    one_head = _require_head_weights(weights, head)  # (B, T, T)
     matches = matching_keys(ids)  # (B, T, T)
-    if weights.shape != matches.shape:
-        raise ValueError(f"weights {tuple(weights.shape)} must be (B, T, T) for ids {tuple(ids.shape)}")
-    on_match = (weights * matches).sum(-1)  # (B, T)
+    if one_head.shape != matches.shape:
+        raise ValueError(f"weights of shape {tuple(weights.shape)} must be (B, H, T, T) for ids of shape (B, T) = "
+                         f"{tuple(ids.shape)}")
+    on_match = (one_head * matches).sum(-1)  # (B, T)
     found = matches.any(-1)  # (B, T)
     count = found.sum(0)  # (T,)
     score = (on_match * found).sum(0) / count.clamp_min(1)
@@ -590,7 +603,7 @@ def run_ablated(model: DecoderOnly, ids: Tensor, layer: int | None = None, how: 
         run = attention.run  # the layer's own, bound method
 
         def knocked(*args, **kwargs) -> tuple[Tensor, Tensor]:
-            out, weights = run(*args, **kwargs)  # (B, T, D), (B, T, S)
+            out, weights = run(*args, **kwargs)  # (B, T, D), (B, H, T, S)
             outs.append(out)
             if k == layer:
                 out = torch.zeros_like(out) if how == "zero" else out.mean(0, keepdim=True).expand_as(out)
@@ -647,12 +660,12 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
                           ablate: int | None = None, how: str = "zero") -> ProbeScores:
     """Measure `model` on a repeated_tokens_batch: ids, targets (B, 2 half + 1).
 
-    Prefix matching is read from the attention of `layer` (None: the last): at each of the
-    second copy's queries (positions half + 1 .. 2 half), its weight on the key holding the
-    token that followed the query's token last time (induction_scores). The losses compare the
-    same offsets into each copy: the first copy's positions 1 .. half - 1 against the second's
-    half + 1 .. 2 half - 1, so the in-context score is late minus early as Olsson et al. 2022
-    define it.
+    Prefix matching is read from the attention of `layer` (None: the last), whose one head (the
+    model must have n_heads=1) weighs, at each of the second copy's queries (positions
+    half + 1 .. 2 half), the key holding the token that followed the query's token last time
+    (induction_scores). The losses compare the same offsets into each copy: the first copy's
+    positions 1 .. half - 1 against the second's half + 1 .. 2 half - 1, so the in-context
+    score is late minus early as Olsson et al. 2022 define it.
     ablate: a layer whose attention output is knocked out for the run, `how` as run_ablated.
     """
     require_instance("model", model, DecoderOnly)
@@ -666,6 +679,9 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
         raise ValueError(f"ids must be repeated random tokens: [BOS], a block of {half} tokens, the same block "
                          "again; in the ids passed the two halves after position 0 differ")
     layer = len(model.layers) - 1 if layer is None else require_index("layer", layer, len(model.layers), "layers")
+    if model.config.n_heads != 1:
+        raise ValueError(f"model must have one head per layer (config.n_heads=1): repeated_tokens_probe reads the "
+                         f"prefix matching of a layer's one head, got n_heads={model.config.n_heads}")
     if ablate is not None:
         require_index("ablate", ablate, len(model.layers), "layers")
     require_choice("how", how, ("zero", "mean"))
@@ -674,7 +690,8 @@ def repeated_tokens_probe(model: DecoderOnly, ids: Tensor, targets: Tensor, laye
     losses = position_losses(logits, targets)  # (T,); checks targets
     early, late = slice(1, half), slice(half + 1, 2 * half)
     right = logits.argmax(-1)[:, late] == targets[:, late]  # (B, half - 1)
-    matching = induction_scores(model.layer_weights[layer], ids)[half + 1:]  # (half,): every second-copy query
+    # (half,): every second-copy query; head 0, the layer's only head
+    matching = induction_scores(model.layer_weights[layer], ids, head=0)[half + 1:]
     return ProbeScores(float(matching.mean()), float(losses[early].mean()), float(losses[late].mean()),
                        float(right.double().mean()))
 

@@ -59,7 +59,7 @@ def test_position_head_copies_every_token_from_every_position(offset):
         assert torch.equal(out[:, query, :V].argmax(-1), torch.arange(V))
         assert torch.all(out[:, :, V:] == 0)  # nothing is written outside the token slice
         expected = math.exp(20) / (math.exp(20) + P - 1)  # closed form, not the code's softmax
-        assert torch.allclose(weights[:, query, source], torch.full((V,), expected, dtype=torch.float64))
+        assert torch.allclose(weights[:, 0, query, source], torch.full((V,), expected, dtype=torch.float64))
 
 
 def test_position_head_output_is_torch_attention_of_its_projections():
@@ -260,11 +260,17 @@ def test_induction_scores_of_the_hand_set_heads():
     # a previous-token head: it hits a matching key only when L = 2
     first = induction_scores(model.layer_weights[0], ids)
     assert float(first[known].mean()) < 0.5
-    uniform = torch.full_like(model.layer_weights[1], 0.0) + torch.ones(24, 24).tril()
+    uniform = torch.full_like(model.layer_weights[1], 0.0) + torch.ones(24, 24).tril()  # (B, 1, T, T)
     uniform = uniform / uniform.sum(-1, keepdim=True)
     assert torch.all(induction_scores(uniform, ids)[known] < 0.6)
-    with pytest.raises(ValueError, match="weights"):
-        induction_scores(model.layer_weights[1][:, :5], ids)
+    with pytest.raises(ValueError, match=r"weights of shape \(5, 1, 24, 24\) must be \(B, H, T, T\) for ids"):
+        induction_scores(model.layer_weights[1][:5], ids)
+    with pytest.raises(ValueError, match=r"weights must be a layer's self-attention weights \(B, H, T, T\)"):
+        induction_scores(model.layer_weights[1][:, :, :5], ids)
+    with pytest.raises(ValueError, match=r"weights must be a layer's self-attention weights \(B, H, T, T\), with the head"):
+        induction_scores(model.layer_weights[1][:, 0], ids)  # one head's (B, T, T): the head axis is missing
+    with pytest.raises(ValueError, match=r"head=1 is out of range for 1 heads"):
+        induction_scores(model.layer_weights[1], ids, head=1)
 
 
 def test_second_layer_weights_cut_off_layer_1():
@@ -274,7 +280,7 @@ def test_second_layer_weights_cut_off_layer_1():
     model(ids)
     assert torch.allclose(second_layer_weights(model, ids), model.layer_weights[1])
     known = matching_keys(ids).any(-1)  # (B, T)
-    on_match = lambda w: float((w * matching_keys(ids)).sum(-1)[known].mean())  # noqa: E731
+    on_match = lambda w: float((w[:, 0] * matching_keys(ids)).sum(-1)[known].mean())  # noqa: E731  (head 0)
     assert on_match(model.layer_weights[1]) > 0.999
     assert on_match(second_layer_weights(model, ids, "key")) < 0.3
     assert torch.allclose(second_layer_weights(model, ids, "query"), model.layer_weights[1])
@@ -284,7 +290,7 @@ def test_second_layer_weights_cut_off_layer_1():
         second_layer_weights(hand_set_copy_model(token_codes(4, 4), 5, 1), ids[:, :5] % 4)
 
 
-@pytest.mark.parametrize("n_heads, norm", [(None, "none"), (2, "pre"), (4, "post")])
+@pytest.mark.parametrize("n_heads, norm", [(1, "none"), (2, "pre"), (4, "post")])
 def test_second_layer_weights_runs_layer_2s_own_attention(n_heads, norm):
     """Heads, RoPE's rotation and pre-LN were ignored by a second copy of the attention: now the
     uncut weights are the model's own, and cutting an input that equals the residual changes nothing."""
@@ -332,7 +338,7 @@ def test_copy_targets_and_every_token_everywhere():
     with pytest.raises(ValueError, match="offset"):
         every_token_everywhere(5, 4, -4)
     with pytest.raises(ValueError, match="offset"):
-        weight_on_source(torch.ones(2, 4, 4), 4)
+        weight_on_source(torch.ones(2, 1, 4, 4), 4)
     with pytest.raises(TypeError, match="codes"):
         hand_set_copy_model(torch.eye(4, dtype=torch.long), 4)
     with pytest.raises(ValueError, match="gap"):
@@ -393,7 +399,7 @@ def test_content_copy_head_with_equal_widths_matches_every_coordinate():
     x[0, 1, 3:6] = torch.tensor([1.0, 1.0, 1.0]) / 3 ** 0.5  # agrees in all 3
     x[0, :, 6] = torch.tensor([10.0, 20.0, 30.0])  # what each row would hand on
     out, weights = head(x)
-    assert weights[0, 2].argmax() == 1 and weights[0, 2, 1] > 0.999
+    assert weights[0, 0, 2].argmax() == 1 and weights[0, 0, 2, 1] > 0.999  # sequence 0, head 0, query 2
     assert out[0, 2, 7] == pytest.approx(20.0, abs=0.05)
 
 
@@ -409,7 +415,10 @@ def test_content_copy_head_with_equal_widths_matches_every_coordinate():
     (lambda m: copy_accuracies(m, [torch.zeros(2, 5, dtype=torch.long)]), TypeError, "batches must hold .ids, targets. pairs"),
     (lambda m: copy_accuracies(m, [(torch.zeros(2, 5, dtype=torch.long),) * 2, (torch.zeros(2, 4, dtype=torch.long),) * 2]),
      ValueError, "batches must share one length T"),
-    (lambda m: weight_on_source(torch.ones(2, 4, 5), 1), ValueError, r"weights must be self-attention weights \(B, T, T\)"),
+    (lambda m: weight_on_source(torch.ones(2, 1, 4, 5), 1), ValueError,
+     r"weights must be a layer's self-attention weights \(B, H, T, T\)"),
+    (lambda m: weight_on_source(torch.ones(2, 4, 4), 1), ValueError, r"\(B, H, T, T\), with the head axis H"),
+    (lambda m: weight_on_source(torch.ones(2, 2, 4, 4), 1, head=2), ValueError, "head=2 is out of range for 2 heads"),
     (lambda m: unnormalised_attention(torch.ones(3, 2), torch.ones(4, 2), torch.ones(5, 2)), ValueError,
      "v must have one row per key"),
     (lambda m: coherence(torch.ones(1, 4)), ValueError, "codes must have at least two rows"),
@@ -947,6 +956,9 @@ def test_repeated_tokens_probe_is_the_lessons_measurement_by_hand():
         repeated_tokens_probe(model, ids, targets, ablate=2)
     with pytest.raises(ValueError, match="how must be one of"):
         repeated_tokens_probe(model, ids, targets, ablate=1, how="max")
+    heads = DecoderOnly(ModelConfig(vocab_size=12, max_len=13, d_model=8, n_heads=2, n_decoder_layers=2))
+    with pytest.raises(ValueError, match=r"model must have one head per layer \(config.n_heads=1\)"):
+        repeated_tokens_probe(heads, ids, targets)  # which head's prefix matching? it does not guess
 
 
 def test_step_of_change_finds_the_share_of_the_change_rising_falling_and_overshooting():

@@ -46,7 +46,7 @@ def gap_widget(seed: int = 0) -> LiveView:
                 accuracy[key] = copy_accuracy(model, test_ids, test_targets)
                 with torch.no_grad():
                     predicted[key] = model(shown).argmax(-1).numpy()  # (N_SHOWN, T)
-                rows[key] = model.last_weights.numpy()  # (N_SHOWN, T, T)
+                rows[key] = model.last_weights[:, 0].numpy()  # (N_SHOWN, T, T): its one head
             for gap in GAPS[1:] if not positions else ():
                 for table in (accuracy, predicted, rows):
                     table[width, False, gap] = table[width, False, GAPS[0]]
