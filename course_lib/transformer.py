@@ -90,7 +90,8 @@ def torch_gaps(norm_first: bool, n_layers: int = 2, d_model: int = 16, n_heads: 
     hidden = (~real).repeat_interleave(n_heads, dim=0)  # (B H, 1, S)
     out_theirs = theirs(x, y, src_mask=hidden.expand(-1, 6, -1), tgt_mask=~causal_mask(5),
                         memory_mask=hidden.expand(-1, 5, -1))
-    out_mine = mine.decode(y, mine.encode(x, real[:, 0]), real[:, 0])[0]
+    # ours: the (B, S) src_mask, which the model reads as (B, 1, 1, S), every head and query alike
+    out_mine = mine.decode(y, mine.encode(x, real[:, 0]), real[:, 0])[0]  # (B, T, D)
     upstream = torch.randn(out_mine.shape, generator=gen, dtype=torch.float64)
     core = [*mine.encoder.parameters(), *mine.decoder.parameters(), *mine.encoder_norm.parameters(),
             *mine.decoder_norm.parameters()]
