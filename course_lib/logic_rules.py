@@ -304,8 +304,8 @@ def train_rule_model(rules: Rules = TRAIN_RULES, people: Sequence[str] = TRAIN_P
                      seed: int = 0) -> DecoderOnly:
     """Train a one-layer bidirectional DecoderOnly (float64) to rewrite X r1 r2 Y as X r Y.
 
-    d_ff = 0: attention only. n_heads: H heads of width d_model / H
-    (lesson 08). Why lesson 07 trains four: with one head, a few seeds in a hundred leave a
+    d_ff = 0: attention only. n_heads: H heads of width d_model / H (lesson 08; one head is
+    H = 1). Why lesson 07 trains four: with one head, a few seeds in a hundred leave a
     rule unlearned, often because the query of some relation has come to attend to itself, so
     it never sees r2, and its saturated softmax passes back almost no gradient; with four heads
     each of 150 seeds learned every training sentence. content=False freezes the query and key at

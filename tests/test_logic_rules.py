@@ -127,13 +127,13 @@ def test_composition_head_writes_half_of_each_relation_code_into_mix():
     x = torch.zeros(len(ids), 4, D, dtype=torch.float64)
     x[torch.arange(len(ids))[:, None], torch.arange(4), ids] = 1.0  # one-hot tokens
     x[:, torch.arange(4), layout["positions"].start + torch.arange(4)] = 1.0  # one-hot positions
-    out, weights = head(x)
+    out, weights = head(x)  # weights (N, 1, 4, 4): one head
     for row, got in zip(ids, out[:, 1, mix]):
         want = torch.zeros(len(RELATIONS), dtype=torch.float64)
         for word in decode(row)[1:3]:
             want[RELATIONS.index(word)] += 0.5
         torch.testing.assert_close(got, want, atol=1e-8, rtol=0)
-    assert float((weights[:, 1, 1:3] - 0.5).abs().max()) < 1e-8
+    assert float((weights[:, 0, 1, 1:3] - 0.5).abs().max()) < 1e-8
 
 
 def test_a_broken_handset_model_fails():

@@ -38,7 +38,7 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
     with torch.no_grad():
         for name, model in models.items():
             logits = model(ids).double()  # (N, 4, V)
-            # n_layers x (N, 4, 4), or (N, H, 4, 4) for a layer of H heads
+            # n_layers x (N, H, 4, 4): one head is H = 1
             weights = [w.double() for w in model.layer_weights]
             # (N, R): the relation slot, relations only
             at_r = logits[:, 1, relation_ids].softmax(-1)
@@ -67,9 +67,9 @@ def sentence_widget(models: dict[str, DecoderOnly], sentences: Sequence[Sequence
                    f"relations: {ranked}. Green: the rule table's answer, strictly above "
                    f"every other token; red: not (a tie is red).</p>")
         keys = [f"{i}:{w}" for i, w in enumerate(words)]
-        shown = weights[layer - 1][n]  # (4, 4), or (H, 4, 4) for a layer of H heads
-        if shown.dim() == 2:
-            return readout + row(_heatmap(shown, keys, f"{model}: layer {layer} attention", 46),
+        shown = weights[layer - 1][n]  # (H, 4, 4)
+        if len(shown) == 1:  # one head: one larger heatmap, titled by its layer alone
+            return readout + row(_heatmap(shown[0], keys, f"{model}: layer {layer} attention", 46),
                                  COLOUR_BAR[46])
         return readout + row(*(_heatmap(head, keys, f"{model}: layer {layer}, head {h + 1}", 34)
                                for h, head in enumerate(shown)), COLOUR_BAR[34])
