@@ -1,8 +1,9 @@
 """Lesson 08: many heads. Split the width into H heads, attend in each, concatenate, project.
 
-The layer is lesson 01's `Attention` with n_heads=H: it splits q, k and v into heads with
-`split_heads`, attends in each through the one attention path (the heads are one more batch
-dimension, (B, H, T, d_head)) and puts them side by side with `merge_heads`. The split and merge
+The layer is lesson 01's `Attention` with n_heads=H (one head is H = 1, its default): it
+splits q, k and v into heads with `split_heads`, attends in each through the one attention path
+(the heads are one more batch dimension, (B, H, T, d_head); the weights are (B, H, T, S) for
+every H) and puts them side by side with `merge_heads`. The split and merge
 taught here are those same functions, with the input checks a notebook's call gets. Masks are
 lesson 02's (True = may attend).
 

@@ -114,21 +114,24 @@ def test_to_torch_gives_torch_the_same_layer(batch_first):
 
 
 def test_one_head_is_lesson_01s_attention_and_torchs_layer_with_one_head():
-    """n_heads=1 and lesson 01's layer (n_heads=None), given the same weights, each equal torch's
-    nn.MultiheadAttention with one head (weights copied by torch_copy above, not by the course's
-    to_torch): the heads' layer differs from lesson 01's only by its head axis of length 1."""
+    """One head is n_heads=1, the default: H = 1, weights (B, 1, T, T), as torch's
+    nn.MultiheadAttention with one head gives them (average_attn_weights=False; weights copied by
+    torch_copy above, not by the course's to_torch). Its one head is lesson 01's
+    scaled_dot_product_attention on the layer's own q, k, v: the head axis is all it adds."""
     layer = random_layer(1, 10, 1)
-    single = Attention(10, bias=True).double()
-    single.load_state_dict(layer.state_dict())
+    assert Attention(10).n_heads == 1
     theirs = torch_copy(layer, batch_first=True)
     x = torch.randn(2, 6, 10, dtype=torch.float64)
     ref, ref_weights = theirs(x, x, x, attn_mask=~causal_mask(6), average_attn_weights=False)  # (B, 1, T, T)
     out, weights = layer(x, mask=causal_mask(6))
+    assert weights.shape == (2, 1, 6, 6)
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     torch.testing.assert_close(weights, ref_weights, atol=1e-12, rtol=0)
-    out, weights = single(x, mask=causal_mask(6))
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
-    torch.testing.assert_close(weights, ref_weights[:, 0], atol=1e-12, rtol=0)
+    with torch.no_grad():
+        q, k, v = layer.query(x), layer.key(x), layer.value(x)  # (B, T, D) each: the one head's columns
+        heads_out, single = scaled_dot_product_attention(q, k, v, causal_mask(6))  # (B, T, D), (B, T, T)
+        torch.testing.assert_close(layer.out(heads_out), out, atol=1e-12, rtol=0)
+    torch.testing.assert_close(weights[:, 0], single, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("H", [1, 2, 3, 6])
@@ -171,7 +174,9 @@ def head_by_head(layer: Attention, x: torch.Tensor, bias: torch.Tensor) -> torch
 
 def test_a_per_head_bias_reaches_its_own_head_when_the_batch_has_as_many_sequences_as_heads():
     """ALiBi's bias (H, T, T) has one slope per head. With B == H, reading its first axis as the
-    batch gives sequence b head b's slope in every head: a wrong answer of the right shape."""
+    batch would give sequence b head b's slope in every head: a wrong answer of the right shape.
+    torch's broadcasting rule lines its axes up with the weights' last three, (H, T, S): per head,
+    with or without a batch axis of 1, whatever B is."""
     from course_lib.positional_encoding import alibi_bias, alibi_slopes
 
     H = B = 4
@@ -181,8 +186,8 @@ def test_a_per_head_bias_reaches_its_own_head_when_the_batch_has_as_many_sequenc
     _, weights = layer(x, mask=causal_mask(6), bias=bias[None])  # (1, H, T, T): one bias per head
     torch.testing.assert_close(weights, head_by_head(layer, x, bias.masked_fill(~causal_mask(6), -math.inf)),
                                atol=1e-12, rtol=0)
-    with pytest.raises(ValueError, match=r"bias of shape \(4, 6, 6\) can be read two ways"):
-        layer(x, bias=bias)  # the same (H, T, T) tensor without its batch axis: refused, not guessed
+    _, weights = layer(x, bias=bias)  # (H, T, T) -> (1, H, T, T) by broadcasting: still per head
+    torch.testing.assert_close(weights, head_by_head(layer, x, bias), atol=1e-12, rtol=0)
     _, unbatched = layer(x[0], bias=bias)  # x (T, D): the scores are (H, T, S), so (H, T, S) is per head
     torch.testing.assert_close(unbatched, head_by_head(layer, x[:1], bias)[0], atol=1e-12, rtol=0)
 
@@ -483,11 +488,13 @@ def test_an_untrained_model_is_at_chance():
     (lambda: Attention(8, n_heads=0), "n_heads"),
     (lambda: scaled_dot_product_attention(*(split_heads(torch.randn(n, 8), 2) for n in (3, 4, 5))),
      "same S >= 1 positions"),
-    (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), mask=padding_mask([3, 1], 3)),
-     "mask of shape (2, 1, 3) can be read two ways"),
-    (lambda: Attention(8, n_heads=2)(torch.randn(2, 3, 8), bias=torch.zeros(2, 3, 3)),
-     "it must be (B, 1, T, S) for one bias per sequence, or (1, H, T, S) for one per head"),
-    (lambda: qk_matrix(Attention(4), 0), "no heads"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), mask=padding_mask([3, 1, 2], 3)),
+     "mask of shape (3, 1, 3) does not broadcast with scores of shape (3, 2, 3, 3)"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), mask=padding_mask([3, 1, 2], 3)),
+     "one mask per sequence's keys is (B, 1, 1, S), padding_mask(lengths, S)[:, None]"),
+    (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), bias=torch.zeros(3, 3, 3)),
+     "bias of shape (3, 3, 3) does not broadcast with scores of shape (3, 2, 3, 3)"),
+    (lambda: qk_matrix(Attention(4), 1), "head=1 is out of range for 1 heads"),
     (lambda: to_torch(nn.Linear(4, 4)), "mine"),
     (lambda: to_torch(Attention(4, n_heads=2, d_k=8)), "d_k = d_v = d_model"),
     (lambda: qk_matrix(Attention(4, n_heads=2), 2), "head=2 is out of range"),
