@@ -50,16 +50,16 @@ def _variants(block: Block) -> dict[tuple[bool, bool, bool], Block]:
 
 def _run(x: torch.Tensor, variant: Block, positions: torch.Tensor, scope: str,
          on: dict[str, bool]) -> tuple[np.ndarray, np.ndarray]:
-    """Output rows (..., T, D) and attention weights (..., T, T) for one setting of the toggles
-    (`variant`: the block with the Q/K/V biases they ask for)."""
+    """Output rows (..., T, D) and the one head's attention weights (..., T, T) for one setting of
+    the toggles (`variant`: the block with the Q/K/V biases they ask for)."""
     T = x.shape[-2]
     mask = causal_mask(T) if on["mask"] else None
     if on["positions"]:
         x = x + positions  # positions belong to slots, not to tokens
-    out, weights = variant.attention(x, mask=mask)  # (..., T, D), (..., T, T)
+    out, weights = variant.attention(x, mask=mask)  # (..., T, D), (..., H, T, T) with H = 1
     if scope == "encoder block":
         out = variant(x, mask)[0]  # (..., T, D)
-    return out.numpy(), weights.numpy()
+    return out.numpy(), weights[..., 0, :, :].numpy()  # (..., T, D), (..., T, T): the block's one head
 
 
 def permutation_widget() -> LiveView:
