@@ -5,6 +5,9 @@ puts the order back, through one of the three hooks of course_lib.model's `Posit
     add(x)          added to the input   sinusoidal table (fixed) or learned table (one row per position)
     rotate(q, k)    turns q and k        RoPE: the score q_m . k_n then depends on positions only via m - n
     score_bias(T)   added to the scores  ALiBi: a penalty growing linearly with the distance t - s
+A layer calls rotate with each head's queries and keys, (..., H, T, d_head), and adds the score
+bias to its scores (..., H, T, S) by torch's broadcasting: a (T, S) bias reaches every head,
+an (H, T, S) one (alibi_bias with one slope per head) gives each head its own.
 
 Layout of a width-D encoding: D/2 pairs of coordinates (2j, 2j+1), pair j turning at the
 angular frequency c_j = base^(-2j/D) (base = 10000 in "Attention Is All You Need").
@@ -203,7 +206,8 @@ def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 1
 
 
 class RotaryPositions(Positions):
-    """RoPE as a position scheme: rotate(q, k) turns both by their positions 0..T-1."""
+    """RoPE as a position scheme: rotate(q, k) turns both by their positions 0..T-1. A layer passes
+    each head's rows, (..., H, T, d_head): every head's pairs turn by the same angles."""
 
     def __init__(self, base: float = 10000.0):
         super().__init__()
@@ -211,7 +215,7 @@ class RotaryPositions(Positions):
         self._turns: dict[tuple[int, int, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return self._turn_rows("q", q), self._turn_rows("k", k)  # (..., T, d_k) each
+        return self._turn_rows("q", q), self._turn_rows("k", k)  # (..., H, T, d_head) each
 
     def _turn_rows(self, name: str, x: Tensor) -> Tensor:
         """apply_rope(x, base=self.base), x: (..., T, d) -> (..., T, d), the same digits; cos and
@@ -240,7 +244,8 @@ def alibi_bias(length: int, slopes: Tensor) -> Tensor:
     """Score bias -slope_h * (t - s) for keys s at or before query t, 0 where s > t (masked anyway).
 
     slopes: (H,) -> (H, T, T). Added to the scores, it depends only on the distance t - s: it
-    favours the nearest keys, most of all the query's own position (distance 0).
+    favours the nearest keys, most of all the query's own position (distance 0). As a layer's bias
+    it lines up with the scores' last three axes (H, T, S): head h gets slope h, whatever B is.
     """
     require_float("slopes", slopes, 1, 1)
     return _alibi(require_count("length", length), slopes)
@@ -254,7 +259,8 @@ def _alibi(length: int, slopes: Tensor) -> Tensor:
 
 
 class ALiBiPositions(Positions):
-    """ALiBi for one head: score_bias(T) = -slope * (t - s). slope: the head's slope (> 0).
+    """ALiBi with one slope: score_bias(T) = -slope * (t - s), (T, T), so every head of a layer gets
+    it (the lesson's tiny model has one head). slope: > 0.
 
     learned=True makes the slope a trained parameter (kept positive as exp of its log).
     """
@@ -355,7 +361,7 @@ def measure_previous_token(model: DecoderOnly, length: int, n_sequences: int = 2
 
     Returns two (length - 1,) tensors; entry i is position t = i + 1: the share of sequences
     whose token t-1 is the model's top answer (chance is 1 / V), and the mean attention
-    weight that query t puts on key t-1.
+    weight that query t puts on key t-1 (the mean over the heads too, if the model has several).
     """
     require_instance("model", model, DecoderOnly)
     _require_fits("length", length, model)
@@ -364,7 +370,9 @@ def measure_previous_token(model: DecoderOnly, length: int, n_sequences: int = 2
         torch.Generator().manual_seed(seed))
     predicted = model(ids).argmax(-1)  # (B, T)
     accuracy = (predicted[:, 1:] == targets[:, 1:]).double().mean(0)  # (T-1,)
-    on_previous = torch.diagonal(model.last_weights, offset=-1, dim1=-2, dim2=-1).double().mean(0)  # (T-1,)
+    weights = model.last_weights  # (B, H, T, T), the first block's
+    on_previous = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)  # (B, H, T-1): query t on key t-1
+    on_previous = on_previous.double().mean((0, 1))  # (T-1,): over the sequences and the heads
     return accuracy, on_previous
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_lib.attention import Attention
 from course_lib.model import DecoderOnly, LearnedPositions, Positions
 from course_lib.positional_encoding import (
     ALiBiPositions, LearnedPositionalEmbedding, RotaryPositions, SinusoidalPositionalEncoding, alibi_bias,
@@ -224,6 +225,24 @@ def test_rotary_scheme_rotates_q_and_k_and_alibi_biases_the_scores():
     torch.testing.assert_close(k_rot, complex_rope(k).float())
     bias = ALiBiPositions(0.25).score_bias(3)
     torch.testing.assert_close(bias, torch.tensor([[0.0, 0.0, 0.0], [-0.25, 0.0, 0.0], [-0.5, -0.25, 0.0]]))
+
+
+@pytest.mark.parametrize("H", [1, 2, 4])
+def test_rope_and_alibi_act_on_each_head_of_a_layer_as_torchs_attention_per_head(H):
+    """A layer hands rotate(q, k) the head axis, (B, H, T, d_head), and adds a bias to scores
+    (B, H, T, S): RoPE turns each head's own d_head columns, ALiBi's (H, T, T) gives head h slope h."""
+    torch.manual_seed(H)
+    B, T, D = 2, 6, 8
+    layer = Attention(D, n_heads=H).double()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    bias = alibi_bias(T, alibi_slopes(H)).double()  # (H, T, T)
+    out, weights = layer(x, bias=bias, rotate=RotaryPositions().rotate)
+    split = lambda t: t.view(B, T, H, D // H).transpose(1, 2)  # (B, T, D) -> (B, H, T, d_head)
+    q, k, v = (split(f(x)) for f in (layer.query, layer.key, layer.value))
+    q, k = complex_rope(q), complex_rope(k)  # each head's columns turned by position, independently
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, T, d_head)
+    assert weights.shape == (B, H, T, T)
+    torch.testing.assert_close(out, layer.out(theirs.transpose(1, 2).reshape(B, T, D)), atol=1e-12, rtol=0)
 
 
 def test_rotary_scheme_gives_apply_ropes_digits_for_every_shape_and_dtype_it_has_seen():
