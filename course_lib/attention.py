@@ -183,5 +183,5 @@ class Attention(nn.Module):
         batch = broadcast_shape("x's batch dimensions", tuple(x.shape[:-2]), "memory's batch dimensions",
                                 tuple(source.shape[:-2]))
         shape = tuple(batch) + (self.n_heads, x.shape[-2], source.shape[-2])  # the weights'
-        check_mask_and_bias(mask, bias, shape, hint=f". The scores are (..., H, T, S) with H = {self.n_heads}: "
-                            "one mask per sequence's keys is (B, 1, 1, S), padding_mask(lengths, S)[:, None]")
+        check_mask_and_bias(mask, bias, shape, hint=f". The scores are (..., H, T, S) with H = {self.n_heads}: a "
+                            "mask or bias for each sequence's keys is (B, 1, 1, S), e.g. padding_mask(lengths, S)[:, None]")

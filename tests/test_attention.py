@@ -33,8 +33,8 @@ BAD_INPUT = {
     # padding_mask's (B, 1, S) without the head axis: broadcast against (B, H, T, S) it would grow the scores
     "padding mask without its head axis": (lambda: Attention(8)(torch.randn(3, 5, 8), mask=padding_mask([5, 2, 1], 5)),
                                            ValueError, r"mask of shape \(3, 1, 5\) does not broadcast to the scores' "
-                                           r"shape \(3, 1, 5, 5\).*one mask per sequence's keys is \(B, 1, 1, S\), "
-                                           r"padding_mask\(lengths, S\)\[:, None\]"),
+                                           r"shape \(3, 1, 5, 5\).*a mask or bias for each sequence's keys is \(B, 1, 1, S\), "
+                                           r"e.g. padding_mask\(lengths, S\)\[:, None\]"),
     "padding mask of other keys": (lambda: Attention(8, n_heads=2)(torch.randn(3, 5, 8),
                                                                   mask=padding_mask([5, 2, 1], 6)[:, None]),
                                    ValueError, r"mask of shape \(3, 1, 1, 6\) does not broadcast with scores of shape "

@@ -550,7 +550,7 @@ def test_a_layer_takes_padding_mask_with_a_head_axis_and_names_it_when_missing()
     layer, x = seeded_layer(8), torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(17))
     pad = padding_mask([2, 5, 4], 5)  # (B, 1, S)
     with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 5\) does not broadcast .* \(B, 1, 1, S\), "
-                                         r"padding_mask\(lengths, S\)\[:, None\]"):
+                                         r"e.g. padding_mask\(lengths, S\)\[:, None\]"):
         layer(x, mask=pad)
     with torch.no_grad():
         _, weights = layer(x, mask=pad[:, None])  # (B, 1, 1, S): every head and query

@@ -491,7 +491,7 @@ def test_an_untrained_model_is_at_chance():
     (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), mask=padding_mask([3, 1, 2], 3)),
      "mask of shape (3, 1, 3) does not broadcast with scores of shape (3, 2, 3, 3)"),
     (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), mask=padding_mask([3, 1, 2], 3)),
-     "one mask per sequence's keys is (B, 1, 1, S), padding_mask(lengths, S)[:, None]"),
+     "a mask or bias for each sequence's keys is (B, 1, 1, S), e.g. padding_mask(lengths, S)[:, None]"),
     (lambda: Attention(8, n_heads=2)(torch.randn(3, 3, 8), bias=torch.zeros(3, 3, 3)),
      "bias of shape (3, 3, 3) does not broadcast with scores of shape (3, 2, 3, 3)"),
     (lambda: qk_matrix(Attention(4), 1), "head=1 is out of range for 1 heads"),

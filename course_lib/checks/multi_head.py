@@ -64,7 +64,7 @@ def check_split_into_heads(split_into_heads: Callable) -> None:
 def reference_multi_head_attend(q: Tensor, k: Tensor, v: Tensor, n_heads: int,
                                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The exercise's answer: split, attend in every head (a (B, T, S) mask reaches each), merge."""
-    head_mask = mask[:, None] if mask is not None and mask.dim() == 3 else mask  # (B, 1, T, S) or (T, S)
+    head_mask = None if mask is None else mask.unsqueeze(-3)  # (B, 1, T, S) or (1, T, S): every head
     out, weights = scaled_dot_product_attention(split_heads(q, n_heads), split_heads(k, n_heads),
                                                 split_heads(v, n_heads), head_mask)
     return merge_heads(out), weights
@@ -210,7 +210,7 @@ def _torch_heads(q: Tensor, k: Tensor, v: Tensor, n_heads: int, mask: Tensor | N
     """torch's attention on heads split and merged here independently; the weights are the course's."""
     B, T, D = q.shape
     split = lambda x: x.reshape(B, -1, n_heads, D // n_heads).transpose(1, 2)  # (B, H, T|S, d_head)
-    head_mask = None if mask is None else (mask[:, None] if mask.dim() == 3 else mask)  # the same for every head
+    head_mask = None if mask is None else mask.unsqueeze(-3)  # (B, 1, T, S) or (1, T, S): every head
     out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=head_mask)
     return out.transpose(1, 2).reshape(B, T, D), reference_multi_head_attend(q, k, v, n_heads, mask)[1]
 
