@@ -608,7 +608,7 @@ def _induction_measurements(model, losses, track):
     layer1 = weight_on_source(model.layer_weights[0], -1)  # queries 1 .. 23
     matches = matching_keys(ids)
     found = matches.any(-1)
-    on_match = lambda w: float((w * matches).sum(-1)[found].mean())  # noqa: E731
+    on_match = lambda w: float((w[:, 0] * matches).sum(-1)[found].mean())  # noqa: E731  (head 0)
     layer2 = on_match(model.layer_weights[1])
     smooth = torch.tensor(losses).unfold(0, 10, 1).mean(-1)
     to = {level: 10 + next(i for i, x in enumerate(smooth) if x < level) for level in (2.0, 0.5)}
