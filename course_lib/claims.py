@@ -61,6 +61,16 @@ def fmt(value: object) -> str:
     return f"{value:.2e}"
 
 
+def rounding(value: float | Tensor) -> str:
+    """A difference at rounding level as a lesson prints it: "0", or the power of ten above it
+    ("below 1e-15" for 2.44e-16). Its digits are the CPU's (which kernel, which order of sums),
+    not the lesson's, so only their size is shown."""
+    value = abs(_require_real("value", value))
+    if value == 0 or not math.isfinite(value):
+        return fmt(value)
+    return f"below 1e{math.floor(math.log10(value)) + 1}"
+
+
 def _measured_text(measured: Measured) -> str:
     if isinstance(measured, str):
         return measured

@@ -139,3 +139,11 @@ def test_what_a_claim_takes_prints(capsys):
 def test_a_bound_of_something_other_than_a_finite_number_is_refused(bound_of, value, limit, error, message):
     with pytest.raises(error, match=message):
         bound_of(value, limit)
+
+
+def test_rounding_shows_only_the_size_of_a_rounding_level_difference():
+    from course_lib.claims import rounding
+    assert [rounding(v) for v in (0.0, 2.44e-16, -2.44e-16, 9.9e-16, 1e-15, torch.tensor(5.96e-8))] == [
+        "0", "below 1e-15", "below 1e-15", "below 1e-15", "below 1e-14", "below 1e-7"]
+    with pytest.raises(TypeError, match="value must be a number"):
+        rounding("2e-16")
