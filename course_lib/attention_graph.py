@@ -473,6 +473,7 @@ PREDICATES: dict[str, Callable[[object, object], bool]] = {  # predicate(key, qu
     "true": lambda k, q: True,
 }
 BOS_ID = 0  # a compiled model reads [BOS, x_1, ..., x_T]: every head can fall back on BOS
+NONE = -1  # run_compiled's output where RASP's is None: a query that selected nothing
 
 
 class SOp:
@@ -514,10 +515,14 @@ def select(keys: SOp, queries: SOp, predicate: str) -> Selector:
 
 
 def aggregate(selector: Selector, values: SOp, name: str = "") -> SOp:
-    """Each query's selected values, averaged: categorical values must be one value per query
-    (one key selected, or all the selected keys agree)."""
+    """Each query's selected values, averaged. Categorical values must be one value per query
+    (one key selected, or all the selected keys agree); a query that selects nothing gets None
+    (RASP's default; a compiled model outputs NONE there). Numerical values (a numerical s-op)
+    give a numerical aggregate: the mean of the selected numbers, 0 when nothing is selected,
+    as tracr's numerical aggregate (e.g. `rasp_frac_prevs`)."""
     require_instance("selector", selector, Selector, "a Selector (see select)")
-    return SOp("aggregate", (selector, _require_sop("values", values)), name=name)
+    values = _require_sop("values", values, categorical=False)
+    return SOp("aggregate", (selector, values), numerical=values.numerical, name=name)
 
 
 def selector_width(selector: Selector, name: str = "") -> SOp:
@@ -557,6 +562,25 @@ def rasp_sort() -> SOp:
     query i reads the token whose place is i."""
     place = selector_width(select(tokens, tokens, "<"), name="place")
     return aggregate(select(place, indices, "=="), tokens, name="sort")
+
+
+def rasp_sort_stable() -> SOp:
+    """Sort that allows repeated tokens, as RASP's make_sort: ties are broken by index. Each
+    position's key is the pair (token, index), all distinct, and pairs compare token first, so a
+    token's place is the count of smaller tokens plus the count of equal ones before it (RASP
+    adds min_key * index / max_seq_len to the token; the order is the same)."""
+    key = sequence_map(lambda t, i: (t, i), tokens, indices, name="key")
+    place = selector_width(select(key, key, "<"), name="place")
+    return aggregate(select(place, indices, "=="), tokens, name="sort")
+
+
+def rasp_frac_prevs(token: int = 1) -> SOp:
+    """tracr's frac_prevs: at each position, the share of the tokens so far (itself included)
+    that equal `token`. A numerical map (1 or 0 per position) averaged by a numerical aggregate
+    over select(indices, indices, "<="): one number per position, in its own column."""
+    require_count("token", token)
+    is_token = map_values(lambda t: 1.0 if t == token else 0.0, tokens, numerical=True, name="is_token")
+    return aggregate(select(indices, indices, "<="), is_token, name="frac_prevs")
 
 
 PROGRAMS: dict[str, Callable[[], SOp]] = {"reverse": rasp_reverse, "histogram": rasp_histogram, "sort": rasp_sort}
@@ -605,6 +629,9 @@ def run_program(program: SOp, sequence: Sequence[int]) -> list:
             out = [sop.fn(x, y) for x, y in zip(values[id(sop.inputs[0])], values[id(sop.inputs[1])])]
         elif sop.kind == "selector_width":
             out = [len(ks) for ks in selected(sop.inputs[0])]
+        elif sop.numerical:  # a numerical aggregate: the mean of the selected numbers (0 for none)
+            sel, vals = sop.inputs[0], values[id(sop.inputs[1])]
+            out = [sum(vals[k] for k in ks) / len(ks) if ks else 0.0 for ks in selected(sel)]
         else:  # aggregate: the selected values' one value (None when nothing is selected)
             sel, vals = sop.inputs[0], values[id(sop.inputs[1])]
             out = [sorted({vals[k] for k in ks})[0] if ks else None for ks in selected(sel)]
@@ -708,7 +735,7 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
         for i in range(max_len if id(indices) in columns else 0):
             model.positions.table.weight[i + 1, col(indices, i)] = 1.0  # BOS has no index
         for slot, sop in attention_at.items():
-            _set_head(model.layers[slot // 2].attention, sop, col, value_sets, scratch, sharpness)
+            _set_head(model.layers[slot // 2].attention, sop, col, columns, value_sets, scratch, sharpness)
         used = {}  # per MLP sublayer, hidden units filled so far
         for sop in nodes:
             if sop.kind not in ("selector_width", "map", "sequence_map"):
@@ -727,7 +754,8 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
     return CompiledProgram(model, names, heads, n_symbols)
 
 
-def _set_head(head, sop: SOp, col: Callable, value_sets: dict, scratch: dict, sharpness: float) -> None:
+def _set_head(head, sop: SOp, col: Callable, columns: dict, value_sets: dict, scratch: dict,
+              sharpness: float) -> None:
     """One attention layer computing select + aggregate (or the count of selector_width)."""
     sel = sop.inputs[0]
     scale = sharpness * math.sqrt(head.d_head)  # the layer divides scores by sqrt(d_head)
@@ -744,6 +772,8 @@ def _set_head(head, sop: SOp, col: Callable, value_sets: dict, scratch: dict, sh
     head.out.weight.copy_(torch.eye(head.out.weight.shape[0], dtype=head.out.weight.dtype))
     if counting:
         head.value.weight[scratch[id(sop)], 1] = 1.0  # BOS's weight, 1 / (width + 1)
+    elif sop.numerical:  # the mean of the selected keys' numbers: equal scores, equal weights
+        head.value.weight[columns[id(sop)][0], columns[id(sop.inputs[1])][0]] = 1.0
     else:
         values = sop.inputs[1]
         for v in value_sets[id(values)]:
@@ -790,12 +820,16 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
 
 def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
     """The compiled model's answer: sequences (B, T) in 1..n_symbols -> (B, T), the argmax of
-    its logits at every position after BOS. The model's last attention weights stay in
-    compiled.model.layer_weights (one (B, 1, 1 + T, 1 + T) per block: one head each)."""
+    its logits at every position after BOS, or NONE (-1) where no output value is written (a
+    query whose selector selects nothing reads BOS, which carries no value: RASP's None). The
+    model's last attention weights stay in compiled.model.layer_weights (one (B, 1, 1 + T, 1 + T)
+    per block: one head each). A numerical program's number is read with residual_stream."""
     _require_compiled_input(compiled, sequences)
     ids = _with_bos(compiled, sequences)  # (B, 1 + T)
     with torch.no_grad():
-        return compiled.model(ids)[:, 1:].argmax(-1)  # the model checks ids < V and the length
+        logits = compiled.model(ids)[:, 1:]  # (B, T, V); the model checks ids < V and the length
+    best, answer = logits.max(-1)  # a written value's logit is 1, an unwritten one's 0
+    return answer.masked_fill(best < 0.5, NONE)
 
 
 def _require_compiled_input(compiled: object, sequences: object) -> None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from course_lib.attention_graph import (
+    NONE,
     PROGRAMS,
     aggregate,
     associative_batch,
@@ -35,7 +36,9 @@ from course_lib.attention_graph import (
     program_answer,
     random_patterns,
     random_sequences,
+    rasp_frac_prevs,
     rasp_sort,
+    rasp_sort_stable,
     residual_stream,
     retrieval_rate,
     retrieved,
@@ -380,6 +383,58 @@ def test_a_numerical_map_writes_its_number_in_its_column():
     x = inputs("reverse", 30, 4)
     column = residual_stream(compiled, x)[..., compiled.columns["half"]][..., 0]  # (B, T)
     assert torch.allclose(column, x.double() / 2, atol=1e-12)
+
+
+def test_stable_sort_sorts_rows_with_repeated_tokens_at_every_length():
+    """RASP's make_sort breaks ties by index: right on every row, repeats or not; the distinct-token
+    sort (the baseline) gets most rows with a repeat wrong."""
+    program = rasp_sort_stable()
+    compiled = compile_program(program, 4, 6)
+    g = torch.Generator().manual_seed(11)
+    for length in range(1, 7):
+        x = torch.randint(1, 5, (150, length), generator=g)  # 4 symbols: most rows repeat one
+        want = torch.tensor([sorted(row) for row in x.tolist()])
+        assert torch.equal(run_compiled(compiled, x), want), length
+        assert [run_program(program, row) for row in x[:10].tolist()] == want[:10].tolist()
+    distinct = compile_program(rasp_sort(), 4, 6)
+    x = torch.randint(1, 5, (300, 6), generator=g)
+    assert (run_compiled(distinct, x) != x.sort(-1).values).any(-1).double().mean() > 0.5
+
+
+def test_a_query_that_selects_nothing_outputs_none_as_rasp_does():
+    """select(indices, indices + 1, ==): the last query selects nothing. RASP gives None there; the
+    compiled model reads BOS, which carries no value, and outputs NONE (argmax over the e^-30
+    leaks of the other keys would be a token of the row)."""
+    following = map_values(lambda i: i + 1, indices, name="next_index")
+    program = aggregate(select(indices, following, "=="), tokens, name="next")
+    compiled = compile_program(program, 5, 6)
+    for length in range(1, 7):
+        x = inputs("reverse", 40, length, seed=length)
+        python = [run_program(program, row) for row in x.tolist()]
+        assert all(row[-1] is None and row[:-1] == seq[1:] for row, seq in zip(python, x.tolist()))
+        want = torch.tensor([[NONE if v is None else v for v in row] for row in python])
+        assert torch.equal(run_compiled(compiled, x), want), length
+
+
+def test_a_numerical_aggregate_is_the_mean_of_the_selected_numbers():
+    """tracr's frac_prevs, compiled: the column holds, at every position, the share of the tokens so
+    far equal to 1, as the Python evaluation of the program and a cumulative mean give it."""
+    program = rasp_frac_prevs(1)
+    assert program.numerical
+    compiled = compile_program(program, 4, 7)
+    for length in range(1, 8):
+        x = inputs("reverse", 50, length, n_symbols=4, seed=length)
+        column = residual_stream(compiled, x)[..., compiled.columns["frac_prevs"]][..., 0]  # (B, T)
+        python = torch.tensor([run_program(program, row) for row in x.tolist()], dtype=torch.float64)
+        by_hand = (x == 1).double().cumsum(-1) / torch.arange(1, length + 1)
+        assert torch.allclose(python, by_hand, atol=1e-12)
+        assert torch.allclose(column, python, atol=1e-9), length
+    nothing = aggregate(select(indices, indices, ">"), map_values(float, tokens, numerical=True))
+    x = inputs("reverse", 20, 5)
+    assert [run_program(nothing, row)[-1] for row in x.tolist()] == [0.0] * 20  # selects nothing: 0
+    compiled = compile_program(nothing, 5, 5)
+    column = residual_stream(compiled, x)[..., compiled.columns["aggregate"]][..., 0]  # (B, T)
+    assert float(column[:, -1].abs().max()) < 1e-9
 
 
 def test_every_s_op_keeps_its_columns_when_two_share_a_name():
