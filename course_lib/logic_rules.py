@@ -582,8 +582,11 @@ def _require_widths(d_ffs: object) -> None:
 
 def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: int = N_ANSWERS,
                         seeds: Sequence[int] = (0,), steps: int = 80, lr: float = 0.06,
-                        workers: int = 1) -> Tensor:
-    """Rules right when every weight of the layer is trained: (len(seeds), len(d_ffs)) int64.
+                        workers: int = 1, checkpoints: Sequence[int] = ()) -> Tensor:
+    """Rules right when every weight of the layer is trained: (len(seeds), len(d_ffs)) int64,
+    or (len(seeds), len(d_ffs), len(checkpoints)) with checkpoints: the count after each of
+    those numbers of steps (each in 1..steps, increasing) of the one run, a curve of rules
+    right against steps. The count after c steps is the one a run of c steps ends with.
 
     For each seed and width, the layer, table and keys of rules_right(d_ff, n_relations,
     n_answers, seed): the table and the embeddings [e(r1), e(r2)] (the keys, fixed) drawn as
@@ -606,10 +609,17 @@ def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: 
     require_count("steps", steps)
     require_number("lr", lr, positive=True)
     require_count("workers", workers)
+    if isinstance(checkpoints, (str, bytes)) or not isinstance(checkpoints, Sequence):
+        raise TypeError(f"checkpoints must be a list of step counts, got {type(checkpoints).__name__}")
+    for c in checkpoints:
+        require_count("checkpoints", c)
+    if list(checkpoints) != sorted(set(checkpoints)) or (checkpoints and checkpoints[-1] > steps):
+        raise ValueError(f"checkpoints must increase and be at most steps = {steps}, got {list(checkpoints)}")
     if workers > 1 and len(seeds) > 1:
         size = math.ceil(len(seeds) / workers)
         groups = [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
-        job = functools.partial(trained_rules_right, d_ffs, n_relations, n_answers, steps=steps, lr=lr)
+        job = functools.partial(trained_rules_right, d_ffs, n_relations, n_answers, steps=steps, lr=lr,
+                                checkpoints=checkpoints)
         return torch.cat(run_each(job, groups, workers))  # job(group): the group's seeds
     n, n_seeds = n_relations, len(seeds)
     layers = []  # per width: keys (S, N, 2 d_model), table (S, N), then the trained weights
@@ -632,15 +642,25 @@ def trained_rules_right(d_ffs: Sequence[int], n_relations: int = 32, n_answers: 
         w_in, b_in, w_out, b_out = weights
         return torch.relu(torch.baddbmm(b_in, keys, w_in)).bmm(w_out) + b_out  # (S, N, n_answers)
 
-    def loss_of_step(_: int) -> Tensor:
+    counts = []  # per checkpoint: (S, W), the counts after that many steps
+
+    def count() -> Tensor:
+        with torch.no_grad():  # (S,) per width
+            return torch.stack([strictly_right(outputs(keys, w), table).sum(1) for keys, table, w in layers], 1)
+
+    def loss_of_step(step: int) -> Tensor:
+        if step in checkpoints:  # `step` updates done so far
+            counts.append(count())
         # each model's mean cross-entropy over its table, summed over the models
         return sum(nn.functional.cross_entropy(outputs(keys, w).reshape(-1, n_answers), table.reshape(-1),
                                                reduction="sum") for keys, table, w in layers) / (n * n)
 
     train(loss_of_step, [p for *_, weights in layers for p in weights], steps, lr)
-    with torch.no_grad():
-        right = [strictly_right(outputs(keys, w), table).sum(1) for keys, table, w in layers]  # (S,) each
-    return torch.stack(right, dim=1)
+    if not checkpoints:
+        return count()
+    if checkpoints[-1] == steps:
+        counts.append(count())
+    return torch.stack(counts, dim=2)
 
 
 def _require_numbers(name: str, values: object) -> None:

@@ -372,6 +372,22 @@ def test_trained_rules_right_trains_each_seed_and_width_as_it_would_alone():
     assert torch.equal(split[:2], together) and split.shape == (3, 2)
 
 
+def test_trained_rules_right_checkpoints_are_the_counts_shorter_runs_end_with():
+    """The curve of rules right against steps reads one run: its count after c steps is what a
+    run of c steps ends with, for every seed and width."""
+    curve = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3], steps=30, checkpoints=[5, 12, 30])
+    assert curve.shape == (2, 2, 3) and curve.dtype == torch.int64
+    for i, steps in enumerate([5, 12, 30]):
+        alone = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3], steps=steps)
+        assert torch.equal(curve[:, :, i], alone), steps
+    split = trained_rules_right([8, 16], n_relations=12, seeds=[0, 3], steps=30, checkpoints=[5, 12, 30],
+                                workers=2)
+    assert torch.equal(split, curve)
+    # a count read before the last step: the run goes on after it
+    assert torch.equal(trained_rules_right([8], n_relations=12, steps=30, checkpoints=[12])[:, :, 0],
+                       curve[:1, :1, 1])
+
+
 def test_trained_rules_right_fits_a_table_it_can_hold_and_not_one_it_cannot():
     # 36 rules, 33 x 4 output weights and a 16 x 32 first layer: room for all of them
     assert trained_rules_right([32], n_relations=6, n_answers=4, steps=150).tolist() == [[36]]
@@ -448,6 +464,10 @@ def test_fit_power_law_recovers_a_and_p():
     (lambda: rules_right(10), ValueError, "multiple of 4"),
     (lambda: rules_right(8, n_answers=1), ValueError, "n_answers"),
     (lambda: train_rule_models([]), ValueError, "seeds must not be empty"),
+    (lambda: trained_rules_right([8], steps=10, checkpoints=[5, 20]), ValueError, "checkpoints"),
+    (lambda: trained_rules_right([8], steps=10, checkpoints=[5, 5]), ValueError, "checkpoints"),
+    (lambda: trained_rules_right([8], steps=10, checkpoints=[0]), ValueError, "checkpoints"),
+    (lambda: trained_rules_right([8], steps=10, checkpoints=5), TypeError, "checkpoints"),
     (lambda: fit_power_law(torch.tensor([1.0, 2.0]), torch.tensor([1.0, -2.0])), ValueError, "positive"),
     (lambda: fit_power_law(torch.tensor([1.0]), torch.tensor([1.0])), ValueError, "x and y"),
 ])
