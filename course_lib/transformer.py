@@ -33,7 +33,7 @@ from .guards import (require_bool, require_choice, require_count, require_float,
                      require_items, require_length_fits, require_number, require_same_shape)
 from .masks import causal_mask, padding_mask
 from .model import (Block, DecoderOnly, EncoderDecoder, FeedForward, ModelConfig, Positions, require_ids,
-                    require_src_mask)
+                    require_inputs, require_src_mask)
 from .positional_encoding import SinusoidalPositionalEncoding, frequencies
 from .torch_copy import from_torch
 from .runs import Later, run_each, start_each
@@ -386,6 +386,36 @@ def _continue(model: DecoderOnly, src: Tensor, steps: int, cache: bool) -> Decod
     return Decoding(sequence[:, S + 1:], torch.stack(logits, 1), torch.stack(weights, -2))
 
 
+@torch.no_grad()
+def unmasked_logits(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> Tensor:
+    """Teacher-forced logits (B, T, V) of src (B, S) and tgt_in (B, T) with the decoder's causal mask
+    taken away: every target row sees every target row, later ones included. No model trains or
+    decodes this way; it shows what the mask does (compare greedy_decode's step-by-step logits)."""
+    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    require_inputs(model.config, src, tgt_in, None)
+    memory = model.encode(model.embed(src))  # (B, S, D)
+    y = model.embed(tgt_in)  # (B, T, D)
+    for block in model.decoder:
+        y = block(y, None, memory)[0]  # mask None: no causal mask
+    return model.readout(model.decoder_norm(y))  # (B, T, V)
+
+
+@torch.no_grad()
+def token_accuracy(model: EncoderDecoder, batch: Batch, source_positions: bool = True) -> float:
+    """Teacher-forced share of answer tokens that get the largest logit: batch's src (B, S), tgt_in and
+    tgt_out (B, T) -> a float in [0, 1]. source_positions=False gives the encoder the source's tokens
+    without their positions, so the memory, the decoder's only view of the source, holds no source
+    position (the decoder's own positions stay)."""
+    require_instance("model", model, EncoderDecoder, "an EncoderDecoder (see transformer)")
+    require_instance("batch", batch, Batch, "a Batch (see toy_batch)")
+    require_inputs(model.config, batch.src, batch.tgt_in, None)
+    x = model.embed(batch.src)  # (B, S, D): token plus position
+    if not require_bool("source_positions", source_positions):
+        x = model.tokens(batch.src).to(x.dtype)  # (B, S, D): token alone
+    logits = _logits(model, batch.tgt_in, model.encode(x))  # (B, T, V)
+    return (logits.argmax(-1) == batch.tgt_out).double().mean().item()
+
+
 def exact_match(predicted: Tensor, answer: Tensor) -> float:
     """Share of rows whose every token is right: predicted, answer (B, T) -> a float in [0, 1]."""
     require_integer("predicted", predicted, 2, 2)
@@ -435,6 +465,13 @@ def _seconds(fn: Callable[[], object], repeats: int) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def roughly(value: float) -> str:
+    """A timing, or a ratio of timings, to one significant digit ("~40" for 36.2, "~0.3" for 0.27):
+    on a shared CPU the same call's time moves by a factor of 2, so more digits would be noise."""
+    value = require_number("value", value, positive=True)
+    return f"~{float(f'{value:.1g}'):g}"
 
 
 @torch.no_grad()

@@ -31,15 +31,18 @@ from course_lib.transformer import (
     parameter_counts,
     position_probe,
     rank_one_residual,
+    roughly,
     sequence_loss,
     task_answer,
     time_block_vs_rnn,
     time_one_pass_vs_steps,
+    token_accuracy,
     toy_batch,
     train_seeds,
     train_transformer,
     transformer,
     transformer_config,
+    unmasked_logits,
 )
 
 D, H, FF = 16, 4, 24
@@ -222,6 +225,34 @@ def test_greedy_decoding_equals_the_parallel_pass_on_its_own_prefix():
     tgt_in = torch.cat([torch.full((5, 1), BOS), decoded.tokens[:, :-1]], 1)
     torch.testing.assert_close(model(src, tgt_in), decoded.logits, atol=1e-12, rtol=0)
     torch.testing.assert_close(decoded.cross_weights.sum(-1), torch.ones(5, H, 8, dtype=torch.float64))
+
+
+def test_without_the_causal_mask_only_the_last_row_is_the_masked_passs():
+    model = transformer(config(vocab_size=11)).double()
+    gen = torch.Generator().manual_seed(3)
+    src, tgt_in = (torch.randint(1, 11, (5, n), generator=gen) for n in (6, 8))
+    masked, unmasked = model(src, tgt_in), unmasked_logits(model, src, tgt_in)  # (B, T, V)
+    torch.testing.assert_close(unmasked[:, -1], masked[:, -1], atol=1e-12, rtol=0)  # sees all either way
+    assert (unmasked[:, :-1] - masked[:, :-1]).abs().amax(-1).min() > 1e-6  # every earlier row sees later ones
+    changed = tgt_in.clone()
+    changed[:, -1] = changed[:, -1] % 10 + 1  # only the last target token changes
+    assert (unmasked_logits(model, src, changed)[:, 0] - unmasked[:, 0]).abs().max() > 1e-6
+    with pytest.raises(TypeError, match="model must be an EncoderDecoder"):
+        unmasked_logits(gpt(), src, tgt_in)
+    with pytest.raises(ValueError, match="must have the same batch size"):
+        unmasked_logits(model, src, tgt_in[:2])
+
+
+def test_token_accuracy_without_source_positions_loses_the_order():
+    model = hand_set_reverser()  # reads source position 7 - t: only positions tell which
+    batch = toy_batch("reverse", 200, 8, 10, torch.Generator().manual_seed(4), held_out=True)
+    assert token_accuracy(model, batch) == 1.0
+    blind = token_accuracy(model, batch, source_positions=False)
+    assert blind < 0.4  # about the chance that a random source symbol is the right one
+    with pytest.raises(TypeError, match="batch must be a Batch"):
+        token_accuracy(model, batch.src)
+    with pytest.raises(TypeError, match="source_positions must be"):
+        token_accuracy(model, batch, source_positions=1)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -447,6 +478,9 @@ def test_timings_have_the_promised_shape():
     assert set(ratios) == {2, 8} and all(r > 0 for r in ratios.values())
     times = time_block_vs_rnn([4, 8], d_model=16, repeats=1)
     assert set(times) == {4, 8} and all(a > 0 and b > 0 for a, b in times.values())
+    assert [roughly(v) for v in (36.2, 0.27, 3, 11.48, 150)] == ["~40", "~0.3", "~3", "~10", "~200"]
+    with pytest.raises(ValueError, match="value must be positive"):
+        roughly(0.0)
 
 
 # ---------------------------------------------------------------- bad input
