@@ -11,6 +11,7 @@ the pieces the lesson permutes and measures:
     norm_over_tokens                                a norm that mixes tokens
     equivariance_gap, match_rows, describe_gap      the measurements
     bias_after_norm                                 what is left of a bias after BatchNorm / LayerNorm
+    who_bites_task, train_order_classifier          a mean-pooling classifier trained on a word-order task
 
 Shapes use the course's names: B batch, T positions, D model width, d_k, d_v, d_ff the FFN width;
 a leading "..." means any batch dimensions. The block is the course's one Block, from the model
@@ -24,13 +25,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention_scores import project_qkv, scaled_dot_product_attention
-from .guards import (require_choice, require_count, require_float, require_float_dtype, require_instance,
+from .guards import (require_bool, require_choice, require_count, require_float, require_float_dtype, require_instance,
                      require_integer, require_number, require_same_dtype, require_tensor, require_width)
 from .model import Block, ModelConfig
 
@@ -324,3 +326,97 @@ def describe_gap(gap: float, bound: float = 1e-5) -> str:
     if gap < bound:
         return f"below {format_bound(bound)}"
     return f"{gap:.3f}" if gap >= 1e-3 else f"{gap:.1e}"
+
+
+# ---------------------------------------------------------------- a classifier on the mean-pooled outputs
+
+ANIMALS = ("dog", "cat", "fox", "owl", "bee", "rat")
+PEOPLE = ("man", "boy", "girl", "nun", "cook", "king")
+
+
+class OrderTask(NamedTuple):
+    """Every sentence "<animal> bites <person>" and "<person> bites <animal>", N = 2 x 6 x 6 = 72.
+
+    ids: (N, 3) token ids into vocab; labels: (N,) 1 when the animal bites (it comes first);
+    pair: (N,) which (animal, person) pair, shared by the sentence's two orders. Both orders of a
+    pair hold the same three words, so only word order tells the labels apart.
+    """
+
+    ids: Tensor
+    labels: Tensor
+    pair: Tensor
+    vocab: tuple[str, ...]
+
+
+def who_bites_task() -> OrderTask:
+    """The task's 72 sentences, each pair's two orders next to each other (see OrderTask)."""
+    vocab = ANIMALS + PEOPLE + ("bites",)
+    verb, rows, labels, pairs = len(vocab) - 1, [], [], []
+    for a in range(len(ANIMALS)):
+        for p in range(len(PEOPLE)):
+            person = len(ANIMALS) + p
+            rows += [[a, verb, person], [person, verb, a]]
+            labels += [1, 0]
+            pairs += [a * len(PEOPLE) + p] * 2
+    return OrderTask(torch.tensor(rows), torch.tensor(labels), torch.tensor(pairs), vocab)
+
+
+class OrderResult(NamedTuple):
+    """A trained classifier's share of right answers on its training sentences and on the held-out
+    pairs' sentences; and order_gap, the largest difference between the logits of a pair's two
+    orders (over all 36 pairs): 0 up to rounding means the classifier cannot see the order."""
+
+    train_accuracy: float
+    held_out_accuracy: float
+    held_out_sentences: int
+    order_gap: float
+
+
+def train_order_classifier(seed: int, positions: bool, steps: int = 40, d_model: int = 8,
+                           held_out_pairs: int = 12, lr: float = 0.05) -> OrderResult:
+    """Train embeddings, one post-LN Block and a linear head on the mean of the block's output rows
+    to say whether the animal bites (who_bites_task), and test it on pairs it never saw.
+
+    `seed` draws the held-out pairs, the initial weights and the position table (one random
+    (d_model,) vector per slot, added to the embeddings and not trained) when `positions` is
+    True; without positions nothing says where a word sits. Full-batch Adam, float64.
+    Embeddings (N, 3, D) -> block (N, 3, D) -> mean over the 3 rows (N, D) -> head (N,) logits.
+    """
+    require_count("seed", seed, minimum=0)
+    require_bool("positions", positions)
+    require_count("steps", steps)
+    require_count("d_model", d_model)
+    require_number("lr", lr, positive=True)
+    task = who_bites_task()
+    n_pairs = int(task.pair.max()) + 1
+    require_count("held_out_pairs", held_out_pairs)
+    if held_out_pairs >= n_pairs:
+        raise ValueError(f"held_out_pairs must leave some of the {n_pairs} pairs to train on, got {held_out_pairs}")
+    dt = torch.float64
+    g = torch.Generator().manual_seed(seed)
+    test = torch.isin(task.pair, torch.randperm(n_pairs, generator=g)[:held_out_pairs])  # (N,)
+    table = (torch.randn(3, d_model, generator=g, dtype=dt) if positions
+             else torch.zeros(3, d_model, dtype=dt))  # (T, D): one vector per slot, or none
+    with torch.random.fork_rng():  # seeded initial weights; the caller's global seed is left alone
+        torch.manual_seed(seed)
+        embed = nn.Embedding(len(task.vocab), d_model).to(dt)
+        block = Block(ModelConfig(d_model=d_model, d_ff=4 * d_model, norm="post")).to(dt)
+        head = nn.Linear(d_model, 1).to(dt)
+    params = [*embed.parameters(), *block.parameters(), *head.parameters()]
+    optimizer = torch.optim.Adam(params, lr=lr)
+
+    def logits(rows: Tensor) -> Tensor:
+        x = embed(task.ids[rows]) + table  # (n, 3, D)
+        return head(block.run(x)[0].mean(-2))[:, 0]  # mean-pool the rows: (n, D) -> (n,)
+
+    train = ~test
+    for _ in range(steps):
+        loss = F.binary_cross_entropy_with_logits(logits(train), task.labels[train].to(dt))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        every = logits(torch.ones_like(test))  # (N,): each pair's two orders side by side
+    right = (every > 0).long() == task.labels  # (N,)
+    return OrderResult(right[train].double().mean().item(), right[test].double().mean().item(),
+                       int(test.sum()), (every[0::2] - every[1::2]).abs().max().item())

@@ -535,3 +535,41 @@ def test_permutation_widget_reports_equivariance():
     w.controls["positions"].value = True
     assert "not equivariant" in w.view.value
     assert not w.errors.outputs
+
+
+# ---------------------------------------------------------------- the mean-pooling classifier
+
+from course_lib.permutation import ANIMALS, PEOPLE, train_order_classifier, who_bites_task  # noqa: E402
+
+
+def test_who_bites_task_pairs_each_sentence_with_its_reversal():
+    task = who_bites_task()
+    assert task.ids.shape == (2 * len(ANIMALS) * len(PEOPLE), 3)
+    first, second = task.ids[0::2], task.ids[1::2]  # each pair's two orders side by side
+    assert torch.equal(first, second.flip(-1))  # the same three words, reversed
+    assert torch.equal(task.pair[0::2], task.pair[1::2])
+    assert torch.equal(task.labels[0::2], torch.ones(len(first), dtype=torch.long))
+    assert torch.equal(task.labels[1::2], torch.zeros(len(first), dtype=torch.long))
+    animal_first = first[:, 0] < len(ANIMALS)
+    assert bool(animal_first.all()) and task.vocab[int(first[0, 1])] == "bites"
+
+
+def test_without_positions_the_classifier_is_right_on_exactly_half():
+    result = train_order_classifier(3, positions=False, steps=10)
+    assert result.train_accuracy == 0.5 and result.held_out_accuracy == 0.5
+    assert result.order_gap < 1e-12 and result.held_out_sentences == 24
+
+
+def test_with_positions_the_classifier_learns_the_order():
+    result = train_order_classifier(0, positions=True)
+    assert result.train_accuracy == 1.0 and result.held_out_accuracy >= 0.9
+    assert result.order_gap > 1.0
+
+
+def test_train_order_classifier_names_a_bad_argument():
+    with pytest.raises(TypeError, match="positions"):
+        train_order_classifier(0, positions=1)
+    with pytest.raises(ValueError, match="held_out_pairs"):
+        train_order_classifier(0, positions=True, held_out_pairs=36)
+    with pytest.raises(TypeError, match="seed"):
+        train_order_classifier(0.5, positions=True)
