@@ -742,34 +742,68 @@ def step_of_change(steps: list[int], values: list[float], share: float = 0.5) ->
     return next(k for k, v in zip(steps, values) if (v - first) / change >= share)
 
 
-def k_composition(model: DecoderOnly, samples: int = 100, seed: int = 0) -> tuple[float, float]:
-    """Weight-based K-composition of layer 1's OV circuit into layer 2's keys, and its baseline.
+class Composition(NamedTuple):
+    """A composition score of a trained model beside the same score for random weights."""
+    trained: float
+    draws: Tensor  # (samples,): the score of each single draw of Gaussian weights
 
-    As Elhage et al. 2021 define it, ||W_QK^T W_OV||_F / (||W_QK||_F ||W_OV||_F), here in the
-    course's row convention (x W^T for nn.Linear weights W): the score of query x against key y
-    is x W_QK y^T with W_QK = W_Q^T W_K (D, D), and layer 1 writes x W_OV, W_OV = W_V^T W_O^T
-    (D, D); a key reading that output scores x W_QK W_OV^T y^T. Biases are left out.
-    The baseline: the mean of the same score over `samples` draws of Gaussian W_Q, W_K, W_V, W_O
-    of the same shapes (seeded), what the score is with no composition learnt.
+    @property
+    def percentile(self) -> float:
+        """The share of single random draws (0 .. 100%) that score below the trained model."""
+        return float((self.draws < self.trained).double().mean())
+
+
+COMPOSITIONS = ("K", "Q", "V")
+
+
+def composition_scores(model: DecoderOnly, samples: int = 1000, seed: int = 0) -> dict[str, Composition]:
+    """How much layer 2 of `model` reads what layer 1's head writes, from the weights alone: the
+    K-, Q- and V-composition scores of Elhage et al. 2021, each beside `samples` single draws.
+
+    The score of two matrices A, B is ||A B||_F / (||A||_F ||B||_F): about 1/sqrt(D) for random
+    (D, D) matrices, larger when B writes into what A reads. In the course's row convention
+    (x W^T for nn.Linear weights W) the score of query x against key y is x W_QK y^T with
+    W_QK = W_Q^T W_K (D, D), and layer 1 writes x W_OV, W_OV = W_V^T W_O^T (D, D):
+        K: layer 2's keys read layer 1's output,    W_QK(2) W_OV(1)^T
+        Q: layer 2's queries read it,               W_OV(1) W_QK(2)
+        V: layer 2's values read it,                W_OV(1) W_OV(2)
+    Biases are left out. The baseline of each: the same score for single draws of Gaussian
+    W_Q, W_K, W_V, W_O of the same shapes (seeded), one score per draw, so the trained score can
+    be placed among them (Composition.percentile) rather than beside their mean.
     """
     if not isinstance(model, DecoderOnly) or len(model.layers) < 2:
-        raise ValueError(f"model must be a DecoderOnly with 2 layers or more (k_composition reads layers 1 and "
+        raise ValueError(f"model must be a DecoderOnly with 2 layers or more (composition_scores reads layers 1 and "
                          f"2), got {type(model).__name__}")
     require_count("samples", samples)
     require_count("seed", seed, minimum=0)
     first, second = model.layers[0].attention, model.layers[1].attention
     if first.n_heads != 1 or second.n_heads != 1:
-        raise ValueError(f"k_composition takes one-head layers (config.n_heads=1), got n_heads={first.n_heads}")
+        raise ValueError(f"composition_scores takes one-head layers (config.n_heads=1), got n_heads={first.n_heads}")
 
-    def score(q: Tensor, k: Tensor, v: Tensor, o: Tensor) -> Tensor:  # (..., D, D) each
-        qk, ov = q.mT @ k, v.mT @ o.mT
-        return (qk @ ov.mT).norm(dim=(-2, -1)) / (qk.norm(dim=(-2, -1)) * ov.norm(dim=(-2, -1)))
+    def scores(q1: Tensor, k1: Tensor, v1: Tensor, o1: Tensor, q2: Tensor, k2: Tensor, v2: Tensor,
+               o2: Tensor) -> dict[str, Tensor]:  # (..., D, D) each -> (...,) each
+        ov1, qk2, ov2 = v1.mT @ o1.mT, q2.mT @ k2, v2.mT @ o2.mT
+        pairs = {"K": (qk2, ov1.mT), "Q": (ov1, qk2), "V": (ov1, ov2)}
+        return {kind: (a @ b).norm(dim=(-2, -1)) / (a.norm(dim=(-2, -1)) * b.norm(dim=(-2, -1)))
+                for kind, (a, b) in pairs.items()}
 
     with torch.no_grad():
-        weights = [second.query.weight, second.key.weight, first.value.weight, first.out.weight]
+        weights = [w for layer in (first, second) for w in
+                   (layer.query.weight, layer.key.weight, layer.value.weight, layer.out.weight)]
         gen = torch.Generator().manual_seed(seed)
         draws = [torch.randn(samples, *w.shape, generator=gen, dtype=w.dtype) for w in weights]
-        return float(score(*weights)), float(score(*draws).mean())
+        trained, random = scores(*weights), scores(*draws)
+    return {kind: Composition(float(trained[kind]), random[kind]) for kind in COMPOSITIONS}
+
+
+def order_blind_loss(half: int) -> float:
+    """The lowest mean loss (nats) on the second copy of repeated random tokens that a model can
+    reach without knowing the first copy's order: a uniform guess among the block's tokens not
+    yet repeated. Scored as repeated_tokens_probe scores it, at positions half + 1 .. 2 half - 1,
+    where k = half - 1, ..., 1 tokens remain: mean of ln k = ln((half - 1)!) / (half - 1).
+    A model without induction (no "what followed what") cannot go below it."""
+    require_count("half", half, minimum=2)
+    return math.lgamma(half) / (half - 1)
 
 
 def ov_circuit(model: DecoderOnly, layer: int = 0) -> Tensor:

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, copy_batch,
                              copy_lead, copy_targets, every_token_everywhere, gap_needed,
                              hand_set_copy_model, hand_set_induction_model, induction_batch,
-                             induction_scores, k_composition, logit_paths, matching_keys, ov_circuit,
+                             composition_scores, induction_scores, logit_paths, matching_keys, ov_circuit,
                              ov_copy_scores, position_copy_head, position_losses, repeat_once_batch,
-                             repeated_tokens_batch, repeated_tokens_probe, run_ablated, second_layer_weights,
+                             order_blind_loss, repeated_tokens_batch, repeated_tokens_probe, run_ablated, second_layer_weights,
                              softmax_copy_error, source_weight, step_of_change, token_codes, train_copy_model,
                              train_induction_model, train_induction_runs, unnormalised_attention,
                              unnormalised_copy_fit, unnormalised_copy_fits,
@@ -509,7 +509,8 @@ def test_softmax_copies_where_unnormalised_attention_cannot():
 
 # ---------------------------------------------------------------- training
 
-SEEDS = range(5)  # a claim about training holds for every one of these seeds
+SEEDS = range(10)  # a claim about training holds for every one of these seeds (the lesson's table)
+SHORTCUT_SEEDS = range(5)  # the no-filler runs, stated for seeds 0 .. 4
 COPIER_SEEDS = range(10)  # the copier trains in a fraction of a second: more seeds
 
 
@@ -538,9 +539,9 @@ def test_trained_copier_copies_for_every_seed(trained_copiers):
     """The lesson's copier claims, with its bounds, and the ranges its text states."""
     for seed, m in trained_copiers.items():
         assert m["lead"] >= 1.0 and m["accuracy"] == 1.0, (seed, m)
-        assert m["on source"] >= 0.95, (seed, m)
+        assert m["on source"] >= 0.9, (seed, m)
         assert m["OV margin"] >= 1.0 and m["OV lookup"] == 1.0, (seed, m)
-        assert m["OV eigenvalue score"] >= 0.95, (seed, m)
+        assert m["OV eigenvalue score"] >= 0.9, (seed, m)
     runs = list(trained_copiers.values())
     ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
     print(ranges)
@@ -654,7 +655,8 @@ def _induction_measurements(model, losses, track):
         "direct lead": float(lead["direct"].mean()), "layer 1 lead": float(lead["layer 1"].mean()),
         "layer 2 largest": layer2_first,
         "first copy at step 0": track[0].first_loss, "first copy at the end": track[steps[-1]].first_loss,
-        "K-composition": k_composition(model)[0],
+        **{f"{kind}-composition": c.trained for kind, c in composition_scores(model).items()},
+        **{f"{kind} percentile": c.percentile for kind, c in composition_scores(model).items()},
         "lowest cell": min(grid),
         "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0],
         "layer 1 mean 1..18": float(layer1[:18].mean()),
@@ -709,53 +711,53 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
     """Section 5 trains seed 0; its claims, with its bounds, hold for seeds 0 .. 4."""
     measured = {seed: m for seed, (m, *_) in trained_inductors.items()}
     for seed, m in measured.items():
-        assert m["lowest cell"] >= 0.97, (seed, m)
+        assert m["lowest cell"] >= 0.94, (seed, m)
         assert m["steps 2 to 0.5"] <= m["steps to 2"] - 1, (seed, m)
         assert m["layer 1 mean 1..18"] >= 0.8 and m["layer 1 max 20..23"] <= 0.2, (seed, m)
         assert m["layer 2 on match"] >= 0.85, (seed, m)
         assert m["keys without layer 1"] <= 0.3 and m["queries without layer 1"] >= 0.85, (seed, m)
-        assert m["OV copies all but BOS"] and m["OV eigenvalue score"] >= 0.95, (seed, m)
+        assert m["OV copies all but BOS"] and m["OV eigenvalue score"] >= 0.9, (seed, m)
         assert m["late block (P 16, L 3)"] <= 0.8 and m["starts 19, 20"] <= 0.1, (seed, m)
         assert 0.25 <= m["natural repeats"] <= 0.85, (seed, m)
-        assert 1 - m["layer 2 on match"] >= 0.01, (seed, m)  # the hand-set head's: below 1e-6
-        assert m["prefix matching"] >= 0.8 and m["copying"] >= 0.95, (seed, m)
-        assert m["second copy loss"] <= 0.2 and m["late - early"] <= -5, (seed, m)
+        assert 1 - m["layer 2 on match"] >= 0.005, (seed, m)  # the hand-set head's: below 1e-6
+        assert m["prefix matching"] >= 0.8 and m["copying"] >= 0.9, (seed, m)
+        assert m["second copy loss"] <= 0.2 < order_blind_loss(11), (seed, m)
         assert m["knocked out, best accuracy"] <= 0.1 and m["knocked out, lowest loss"] >= 3, (seed, m)
-        assert m["K-composition"] >= 0.3, (seed, m)
-        # over training: one short window, in which the in-context score changes too
-        assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 100, (seed, m)
+        # K above the 99th percentile of single random draws, Q and V below the 1st (the lesson's claim)
+        assert m["K percentile"] >= 0.99 and m["Q percentile"] <= 0.01 and m["V percentile"] <= 0.01, (seed, m)
+        # over training: one window, in which the in-context score changes too
+        assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 150, (seed, m)
         assert m["halfway, icl - matching"] <= 30, (seed, m)
         assert m["first copy at step 0"] <= 4 and m["first copy at the end"] >= 5, (seed, m)
         # the logits split by path: layer 2 carries the answer
         assert m["paths, sum error"] <= 1e-10 and m["layer 2 lead"] >= 5, (seed, m)
-        assert max(abs(m["direct lead"]), abs(m["layer 1 lead"])) <= 1 and m["layer 2 largest"] >= 0.95, (seed, m)
+        assert max(abs(m["direct lead"]), abs(m["layer 1 lead"])) <= 1 and m["layer 2 largest"] >= 0.9, (seed, m)
     runs = list(measured.values())
     ranges = {key: (min(m[key] for m in runs), max(m[key] for m in runs)) for key in runs[0]}
     print(ranges)
     # the ranges the lesson's text states for seeds 0 .. 4, as it prints them
-    stated = {"lowest cell": ("{:.1%}", "99.4%", "99.8%"), "steps to 2": ("{}", "90", "112"),
-              "steps 2 to 0.5": ("{}", "33", "60"), "layer 1 mean 1..18": ("{:.2f}", "0.93", "0.98"),
-              "layer 2 on match": ("{:.2f}", "0.95", "0.98"),
-              "keys without layer 1": ("{:.2f}", "0.15", "0.19"),
-              "queries without layer 1": ("{:.2f}", "0.95", "0.98"),
-              "OV eigenvalue score": ("{:.3f}", "0.998", "1.000"),
-              "handled up to start": ("{}", "14", "16"),
-              "late block (P 16, L 3)": ("{:.0%}", "36%", "70%"),
-              "layer 1 max 20..23": ("{:.1g}", "0.002", "0.09"),
-              "natural repeats": ("{:.0%}", "45%", "74%"),
-              "prefix matching": ("{:.2f}", "0.89", "0.95"), "copying": ("{:.1%}", "98.8%", "99.9%"),
-              "second copy loss": ("{:.2f}", "0.02", "0.05"), "late - early": ("{:.1f}", "-11.1", "-8.4"),
-              "layer 1 zeroed, loss": ("{:.1f}", "5.4", "6.7"), "layer 2 zeroed, loss": ("{:.1f}", "3.6", "3.9"),
-              "K-composition": ("{:.2f}", "0.35", "0.38"), "probe accuracy": ("{:.1%}", "98.8%", "99.8%"),
-              "matching 10%": ("{}", "80", "120"), "matching 90%": ("{}", "140", "200"),
-              "matching 10% to 90%": ("{}", "50", "80"), "halfway, icl - matching": ("{}", "0", "10"),
-              "halfway, second copy - matching": ("{}", "0", "10"), "10%, matching - icl": ("{}", "10", "40"),
-              "layer 2 lead": ("{:.1f}", "12.0", "14.3"), "direct lead": ("{:.2f}", "0.08", "0.17"),
-              "layer 1 lead": ("{:.2f}", "-0.08", "-0.03"), "layer 2 largest": ("{:.2%}", "99.82%", "99.98%"),
-              "first copy at step 0": ("{:.1f}", "3.5", "3.6"), "first copy at the end": ("{:.1f}", "8.5", "11.0")}
+    # the ranges the lesson's table states for seeds 0 .. 9, as it prints them
+    stated = {"lowest cell": ("{:.1%}", "99.4%", "99.9%"), "steps to 2": ("{}", "90", "112"),
+              "steps 2 to 0.5": ("{}", "33", "60"), "layer 1 mean 1..18": ("{:.2f}", "0.91", "0.98"),
+              "layer 2 on match": ("{:.2f}", "0.93", "0.99"), "keys without layer 1": ("{:.2f}", "0.15", "0.23"),
+              "queries without layer 1": ("{:.2f}", "0.93", "0.99"), "OV eigenvalue score": ("{:.3f}", "0.998", "1.000"),
+              "handled up to start": ("{}", "10", "16"), "late block (P 16, L 3)": ("{:.0%}", "36%", "72%"),
+              "layer 1 max 20..23": ("{:.1g}", "0.002", "0.09"), "natural repeats": ("{:.0%}", "35%", "77%"),
+              "prefix matching": ("{:.2f}", "0.86", "0.96"), "copying": ("{:.1%}", "98.8%", "99.9%"),
+              "second copy loss": ("{:.2f}", "0.01", "0.05"), "late - early": ("{:.1f}", "-12.3", "-8.4"),
+              "layer 1 zeroed, loss": ("{:.1f}", "5.2", "7.7"), "layer 2 zeroed, loss": ("{:.1f}", "3.6", "4.0"),
+              "K-composition": ("{:.2f}", "0.35", "0.38"), "Q-composition": ("{:.3f}", "0.045", "0.065"),
+              "V-composition": ("{:.3f}", "0.045", "0.069"), "probe accuracy": ("{:.1%}", "98.8%", "99.8%"),
+              "matching 10%": ("{}", "80", "130"), "matching 90%": ("{}", "140", "200"),
+              "matching 10% to 90%": ("{}", "50", "100"), "halfway, icl - matching": ("{}", "0", "10"),
+              "10%, matching - icl": ("{}", "0", "40"),
+              "layer 2 lead": ("{:.1f}", "11.0", "14.4"), "direct lead": ("{:.2f}", "0.04", "0.17"),
+              "layer 1 lead": ("{:.2f}", "-0.11", "-0.03"), "layer 2 largest": ("{:.2%}", "99.82%", "100.00%"),
+              "first copy at step 0": ("{:.1f}", "3.5", "3.6"), "first copy at the end": ("{:.1f}", "8.5", "12.3"),
+              "knocked out, best accuracy": ("{:.1%}", "3.3%", "5.3%")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
-    assert f"{ranges['starts 19, 20'][1]:.0%}" == "4%", ranges  # "at most 4%"
+    assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
     assert f"{ranges['paths, sum error'][1]:.1e}" == "1.1e-14", ranges  # "within 1.1e-14"
     assert f"{ranges['knocked out, best accuracy'][1]:.1%}" == "5.3%", ranges  # "at most 5.3%"
 
@@ -767,9 +769,9 @@ def test_rotary_positions_handle_every_start_but_not_longer_distances_for_every_
     rotary = {seed: _rotary_measurements(run.model) for seed, (_, _, _, run) in trained_inductors.items()}
     learned = {seed: m for seed, (m, *_) in trained_inductors.items()}
     for seed, m in rotary.items():
-        assert m["lowest cell"] >= 0.97 and m["layer 1 min 20..23"] >= 0.3, (seed, m)
+        assert m["lowest cell"] >= 0.94 and m["layer 1 min 20..23"] >= 0.3, (seed, m)
         assert m["late block (P 16, L 3)"] >= 0.9 and m["starts 19, 20"] >= 0.4, (seed, m)
-        assert learned[seed]["period 11"] >= 0.95, (seed, learned[seed])
+        assert learned[seed]["period 11"] >= 0.9, (seed, learned[seed])
         assert learned[seed]["period 11"] - m["period 11"] >= 0.03, (seed, m, learned[seed])
         assert m["natural repeats"] >= 0.7, (seed, m)
     ranges = {key: (min(m[key] for m in rotary.values()), max(m[key] for m in rotary.values()))
@@ -778,17 +780,17 @@ def test_rotary_positions_handle_every_start_but_not_longer_distances_for_every_
                                    max(m["period 11"] for m in learned.values()))
     ranges["learned layer 1 max 20..23"] = (0, max(m["layer 1 max 20..23"] for m in learned.values()))
     print(ranges)
-    stated = {"lowest cell": ("{:.1%}", "99.6%", "99.9%"), "layer 1 min 20..23": ("{:.2f}", "0.55", "0.63"),
-              "layer 1 mean 1..18": ("{:.2f}", "0.75", "0.83"),
+    stated = {"lowest cell": ("{:.1%}", "99.5%", "99.9%"), "layer 1 min 20..23": ("{:.2f}", "0.51", "0.65"),
+              "layer 1 mean 1..18": ("{:.2f}", "0.73", "0.87"),
               "late block (P 16, L 3)": ("{:.0%}", "98%", "100%"), "starts 19, 20": ("{:.0%}", "56%", "92%"),
-              "natural repeats": ("{:.0%}", "79%", "88%"), "period 11": ("{:.0%}", "74%", "93%"),
+              "natural repeats": ("{:.0%}", "76%", "88%"), "period 11": ("{:.0%}", "74%", "93%"),
               "learned period 11": ("{:.1%}", "98.9%", "99.9%")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
     assert f"{ranges['learned layer 1 max 20..23'][1]:.1g}" == "0.09", ranges  # "at most 0.09", stated above
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", SHORTCUT_SEEDS)
 def test_training_without_filler_learns_a_shortcut(seed):
     """With every block at position 1, the same training passes at P = 0 and fails at P = 6."""
     model, _ = train_induction_model(seed=seed, prefix=(0, 0))
@@ -903,28 +905,54 @@ def test_position_losses_are_cross_entropy_per_position():
         position_losses(logits[:, :3], targets)
 
 
-def test_k_composition_of_the_hand_set_circuit_and_of_a_miswired_one():
+def test_composition_scores_of_the_hand_set_circuit_and_of_a_miswired_one():
     """Hand-set: layer 1 writes the token into the 'previous' slot, which layer 2's keys read:
-    W_QK W_OV^T = gap sqrt(D) I on the W token coordinates, so the score is exactly 1 / sqrt(W).
-    Rewired to write into a slot the keys do not read, the score is 0. Random: about 1/sqrt(D)."""
+    W_QK W_OV^T = gap sqrt(D) I on the W token coordinates, so the K score is exactly 1 / sqrt(W),
+    above every random draw; its queries and values read no coordinate layer 1 writes: Q and V are
+    0, below every draw. Rewired to write into a slot the keys do not read, K is 0. Random draws:
+    about 1/sqrt(D) each, spread around it."""
     W, P = 8, 10
     model = hand_set_induction_model(token_codes(W, W), P)
-    score, baseline = k_composition(model, samples=200)
-    assert math.isclose(score, 1 / math.sqrt(W), rel_tol=1e-9)
+    found = composition_scores(model, samples=200)
+    assert list(found) == ["K", "Q", "V"]
+    assert math.isclose(found["K"].trained, 1 / math.sqrt(W), rel_tol=1e-9)
+    assert found["K"].percentile == 1.0 and found["Q"].percentile == found["V"].percentile == 0.0
+    assert found["Q"].trained == found["V"].trained == 0.0
     D = 3 * W + P
-    assert abs(baseline - 1 / math.sqrt(D)) < 0.1 / math.sqrt(D)
-    assert score > 1.5 * baseline
+    for c in found.values():
+        assert c.draws.shape == (200,)
+        assert abs(float(c.draws.mean()) - 1 / math.sqrt(D)) < 0.1 / math.sqrt(D)
+        assert float(c.draws.std()) > 0.005  # single draws spread: a percentile, not a mean
+    # one score by hand, against the formula written out for one draw
+    q, k = model.layers[1].attention.query.weight, model.layers[1].attention.key.weight
+    v, o = model.layers[0].attention.value.weight, model.layers[0].attention.out.weight
+    qk, ov = q.T @ k, v.T @ o.T
+    assert math.isclose(found["K"].trained, float(torch.linalg.norm(qk @ ov.T) / (torch.linalg.norm(qk)
+                                                                                  * torch.linalg.norm(ov))))
     elsewhere = position_copy_head(D, -1, slice(0, W), slice(W, W + P), write=slice(2 * W + P, D), bias=True,
                                    dtype=torch.float64)
     model.layers[0].attention.load_state_dict(elsewhere.state_dict())
-    assert k_composition(model)[0] < 1e-12
-    assert k_composition(model, seed=1)[1] != baseline  # the baseline's draws follow the seed
+    assert composition_scores(model)["K"].trained < 1e-12
+    assert not torch.equal(composition_scores(model, 50, seed=1)["K"].draws,
+                           composition_scores(model, 50, seed=0)["K"].draws)  # the draws follow the seed
     with pytest.raises(ValueError, match="2 layers"):
-        k_composition(hand_set_copy_model(token_codes(4, 4), 5, 1))
+        composition_scores(hand_set_copy_model(token_codes(4, 4), 5, 1))
     heads = DecoderOnly(ModelConfig(vocab_size=8, max_len=8, d_model=8, n_heads=2, n_decoder_layers=2))
     with pytest.raises(ValueError, match="one-head"):
-        k_composition(heads)
+        composition_scores(heads)
 
+
+def test_order_blind_loss_is_the_entropy_of_the_remaining_tokens():
+    """A uniform guess among the k block tokens not yet repeated loses ln k; the mean over the
+    second copy's scored positions (k = half - 1 .. 1); the hand-set circuit, which reads the
+    order, is below it on the probe."""
+    assert math.isclose(order_blind_loss(11), sum(math.log(k) for k in range(1, 11)) / 10)
+    assert order_blind_loss(2) == 0.0
+    model = hand_set_induction_model(token_codes(12, 12), 13, gap=20.0)
+    ids, targets = repeated_tokens_batch(40, 6, 12)(torch.Generator().manual_seed(1))
+    assert repeated_tokens_probe(model, ids, targets).accuracy == 1.0
+    with pytest.raises(ValueError, match="half"):
+        order_blind_loss(1)
 
 
 def test_repeated_tokens_probe_is_the_lessons_measurement_by_hand():
@@ -1036,9 +1064,9 @@ def test_one_layer_control_learns_no_induction_for_every_seed(one_layer_controls
     ranges = {field: (min(getattr(p, field) for p in runs), max(getattr(p, field) for p in runs))
               for field in ("prefix_matching", "accuracy", "second_loss", "in_context")}
     print(ranges)
-    # the ranges the lesson's table states for seeds 0 .. 4
-    stated = {"prefix_matching": ("{:.3f}", "0.008", "0.013"), "accuracy": ("{:.1%}", "0.5%", "0.6%"),
-              "second_loss": ("{:.1f}", "4.8", "5.1"), "in_context": ("{:.1f}", "-1.5", "-0.8")}
+    # the ranges the lesson's table states for seeds 0 .. 9
+    stated = {"prefix_matching": ("{:.3f}", "0.007", "0.013"), "accuracy": ("{:.1%}", "0.3%", "0.6%"),
+              "second_loss": ("{:.1f}", "4.8", "5.2"), "in_context": ("{:.1f}", "-1.7", "-0.7")}
     for field, (form, low, high) in stated.items():
         assert (form.format(ranges[field][0]), form.format(ranges[field][1])) == (low, high), (field, ranges[field])
 
