@@ -723,8 +723,8 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
         assert m["prefix matching"] >= 0.8 and m["copying"] >= 0.9, (seed, m)
         assert m["second copy loss"] <= 0.2 < order_blind_loss(11), (seed, m)
         assert m["knocked out, best accuracy"] <= 0.1 and m["knocked out, lowest loss"] >= 3, (seed, m)
-        # K above the 99th percentile of single random draws, Q and V below the 1st (the lesson's claim)
-        assert m["K percentile"] >= 0.99 and m["Q percentile"] <= 0.01 and m["V percentile"] <= 0.01, (seed, m)
+        # K above the 95th percentile of single random draws, Q and V below the 5th (the lesson's claim)
+        assert m["K percentile"] >= 0.95 and m["Q percentile"] <= 0.05 and m["V percentile"] <= 0.05, (seed, m)
         # over training: one window, in which the in-context score changes too
         assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 150, (seed, m)
         assert m["halfway, icl - matching"] <= 30, (seed, m)
