@@ -533,9 +533,15 @@ def selector_width(selector: Selector, name: str = "") -> SOp:
 
 def map_values(fn: Callable[[object], object], sop: SOp, numerical: bool = False, name: str = "") -> SOp:
     """fn applied at every position; numerical=True makes the result one number per position
-    (a numerical map) instead of a one-hot category."""
+    (a numerical map) instead of a one-hot category. A map of a numerical s-op (a number in, a
+    number out) compiles to tracr's numerical MLP: `_set_numerical_mlp`."""
     require_instance("fn", fn, Callable, "a function of one value")
-    return SOp("map", (_require_sop("sop", sop),), fn, require_bool("numerical", numerical), name)
+    require_bool("numerical", numerical)
+    _require_sop("sop", sop, categorical=False)
+    if sop.numerical and not numerical:
+        raise ValueError(f"sop {sop.name!r} is numerical: a map of it must be numerical too (numerical=True), "
+                         "as tracr's numerical MLP")
+    return SOp("map", (sop,), fn, numerical, name)
 
 
 def sequence_map(fn: Callable[[object, object], object], first: SOp, second: SOp, name: str = "") -> SOp:
@@ -677,6 +683,8 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
             vals = {sop.fn(x) for x in value_sets[id(sop.inputs[0])]}
         elif sop.kind == "sequence_map":
             vals = {sop.fn(x, y) for x in value_sets[id(sop.inputs[0])] for y in value_sets[id(sop.inputs[1])]}
+        elif sop.numerical:  # a mean of 1..max_len selected numbers, or 0 when none is selected
+            vals = _means(value_sets[id(sop.inputs[1])], max_len)
         else:
             vals = value_sets[id(sop.inputs[1])]
         value_sets[id(sop)] = sorted(vals)
@@ -717,6 +725,8 @@ def compile_program(program: SOp, n_symbols: int, max_len: int, sharpness: float
             slot = start + 1 - start % 2  # the next MLP sublayer
             units = len(value_sets[id(sop.inputs[0])]) * (len(value_sets[id(sop.inputs[1])])
                                                           if sop.kind == "sequence_map" else 1)
+            if sop.inputs[0].numerical:  # a start unit, then two per step between input values
+                units = 2 * units - 1
             mlp_units[slot] = mlp_units.get(slot, 0) + units
             ready[id(sop)] = slot + 1
     n_blocks = max(1, (max(ready.values()) + 1) // 2)
@@ -799,6 +809,8 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
         w1[h, 0], w1[h, 1] = 1.0, -1.0  # step_max_len: relu(one - bos), 1 except at BOS
         w2[col(sop, max_len), h] = 1.0
         return h + 1
+    if sop.kind == "map" and sop.inputs[0].numerical:
+        return _set_numerical_mlp(ffn, sop, first, columns, value_sets)
     if sop.kind == "map":
         for v in value_sets[id(sop.inputs[0])]:
             w1[h, col(sop.inputs[0], v)] = 1.0
@@ -816,6 +828,56 @@ def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets
             w2[col(sop, sop.fn(a, b)), h] = 1.0
             h += 1
     return h
+
+
+def _means(values: Sequence[float], max_len: int, most: int = 100_000) -> set[float]:
+    """Every mean of 1..max_len numbers drawn (with repeats) from `values`, and 0: what a
+    numerical aggregate can write."""
+    from itertools import combinations_with_replacement
+
+    if math.comb(len(values) + max_len, max_len) > most:
+        raise ValueError(f"a numerical aggregate of {len(values)} values over up to max_len={max_len} keys has too "
+                         f"many possible means to compile a map of it: use fewer values or a smaller max_len")
+    out = {0.0}
+    for n in range(1, max_len + 1):
+        out |= {sum(bag) / n for bag in combinations_with_replacement(values, n)}
+    return out
+
+
+def _set_numerical_mlp(ffn, sop: SOp, first: int, columns: dict, value_sets: dict) -> int:
+    """tracr's numerical MLP (its "discretising layer"): f of a number x known to lie in the
+    sorted set x_0 < ... < x_(n-1). Output f(x_0) + sum_k (f(x_k) - f(x_(k-1))) step_k(x), where
+    step_k(x) = relu(L (x - b_k) + 1) - relu(L (x - b_k)) is 1 above b_k = (x_(k-1) + x_k) / 2
+    and 0 below b_k - 1 / L; L = 4 / the smallest gap, so every x_k sits on a flat part. Units
+    first.. of ffn: one start unit relu(one - bos) (0 at BOS), then two per step, off at BOS."""
+    w1, b1, w2 = ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight
+    xs = value_sets[id(sop.inputs[0])]
+    fx = [float(sop.fn(x)) for x in xs]
+    x_col, out = columns[id(sop.inputs[0])][0], columns[id(sop)][0]
+    gap = min((b - a for a, b in zip(xs, xs[1:])), default=1.0)
+    steep = 4.0 / gap
+    off = steep * (2 * max(abs(x) for x in xs) + 1) + 2  # at BOS, every step's input is below 0
+    w1[first, 0], w1[first, 1] = 1.0, -1.0  # the start unit carries f(x_0)
+    w2[out, first] = fx[0]
+    h = first + 1
+    for k in range(1, len(xs)):
+        edge = (xs[k - 1] + xs[k]) / 2
+        w1[h, x_col], b1[h] = steep, 1.0 - steep * edge
+        w1[h + 1, x_col], b1[h + 1] = steep, -steep * edge
+        w1[h, 1] = w1[h + 1, 1] = -off
+        w2[out, h], w2[out, h + 1] = fx[k] - fx[k - 1], fx[k - 1] - fx[k]
+        h += 2
+    return h
+
+
+def every_sequence(n_symbols: int, length: int) -> Tensor:
+    """All n_symbols ** length rows of symbols 1..n_symbols: (n_symbols ** length, length)."""
+    require_count("n_symbols", n_symbols)
+    require_count("length", length)
+    if n_symbols ** length > 1_000_000:
+        raise ValueError(f"n_symbols ** length = {n_symbols ** length} rows is too many to list")
+    grid = torch.cartesian_prod(*[torch.arange(1, n_symbols + 1)] * length)
+    return grid.reshape(-1, length)
 
 
 def run_compiled(compiled: CompiledProgram, sequences: Tensor) -> Tensor:
@@ -937,3 +999,56 @@ def attention_correlation(first: Tensor, second: Tensor) -> float:
     if (pair.std(-1) == 0).any():
         raise ValueError("an attention map that is the same everywhere has no correlation with anything")
     return float(torch.corrcoef(pair)[0, 1])
+
+
+def weight_by_key_value(weights: Tensor, sequences: Tensor, n_symbols: int) -> Tensor:
+    """Where a head looks, by the key's token: weights (B, T, 1 + T) (one head, queries after BOS,
+    key 0 = BOS), sequences (B, T) in 1..n_symbols -> (T, n_symbols), entry [i, v - 1] the mean
+    weight query i puts on the key holding token v (BOS's share left out)."""
+    require_float("weights", weights, 3, 3)
+    require_integer("sequences", sequences, 2, 2)
+    require_count("n_symbols", n_symbols)
+    B, T = sequences.shape
+    if weights.shape != (B, T, T + 1):
+        raise ValueError(f"weights must be (B, T, 1 + T) = {(B, T, T + 1)} for sequences of shape "
+                         f"{(B, T)} (a model's (B, H, 1 + T, 1 + T): take w[:, 0, 1:]), got {tuple(weights.shape)}")
+    if sequences.numel() and not 1 <= int(sequences.min()) <= int(sequences.max()) <= n_symbols:
+        raise ValueError(f"sequences must hold symbols 1..n_symbols={n_symbols}")
+    onehot = torch.nn.functional.one_hot(sequences - 1, n_symbols).to(weights.dtype)  # (B, T keys, V)
+    return torch.einsum("bqk,bkv->qv", weights[:, :, 1:], onehot) / max(B, 1)
+
+
+class SortStudy(NamedTuple):
+    """One trained sorter beside the compiled one, on held-out rows (see `study_trained_sort`)."""
+    whole: float  # share of held-out rows sorted whole
+    place: float  # largest |correlation| of any trained block with the compiled `place` head
+    sort: float  # largest correlation of any trained block with the compiled `sort` head
+    block: int  # that block (0-based)
+    on_read: float  # its mean weight on the key the compiled sort head reads (the i-th smallest)
+    by_value: float  # correlation of its weight_by_key_value table with the compiled head's
+
+
+def study_trained_sort(compiled: CompiledProgram, trained: DecoderOnly, held: Tensor) -> SortStudy:
+    """A model trained on sort (train_like(compiled, "sort", ...)) beside the compiled sorter
+    (rasp_sort: block 1 `place`, block 2 `sort`) on held-out rows held (B, T) of distinct symbols."""
+    require_instance("trained", trained, DecoderOnly, "a DecoderOnly (from train_like)")
+    _require_compiled_input(compiled, held)
+    if compiled.heads[:2] != ["place", "sort"]:
+        raise ValueError(f"compiled must be rasp_sort's (heads place, sort), got heads {compiled.heads}")
+    ids = _with_bos(compiled, held)
+    run_compiled(compiled, held)
+    place_map, sort_map = (w[:, 0, 1:] for w in compiled.model.layer_weights[:2])  # (B, T, 1 + T)
+    with torch.no_grad():
+        answer = trained(ids)[:, 1:].argmax(-1)  # (B, T); its weights stay: the held-out rows'
+    maps = [w[:, 0, 1:] for w in trained.layer_weights]
+    to_sort = [attention_correlation(sort_map, m) for m in maps]
+    block = max(range(len(maps)), key=to_sort.__getitem__)
+    read = held.argsort(-1) + 1  # (B, T): the key the compiled head reads at query i (+ 1: BOS)
+    n = compiled.n_symbols
+    return SortStudy(
+        whole=float((answer == held.sort(-1).values).all(-1).double().mean()),
+        place=max(abs(attention_correlation(place_map, m)) for m in maps),
+        sort=to_sort[block], block=block,
+        on_read=float(maps[block].gather(-1, read[..., None]).mean()),
+        by_value=attention_correlation(weight_by_key_value(maps[block], held, n),
+                                       weight_by_key_value(sort_map, held, n)))

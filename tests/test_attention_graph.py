@@ -24,6 +24,7 @@ from course_lib.attention_graph import (
     clustered_patterns,
     compile_program,
     draw_graph,
+    every_sequence,
     force_field_energy,
     free_alignment,
     hopfield_energy,
@@ -47,9 +48,11 @@ from course_lib.attention_graph import (
     select,
     selector_width,
     sequence_map,
+    study_trained_sort,
     token_ablation,
     tokens,
     train_like,
+    weight_by_key_value,
     with_residual,
 )
 from course_lib.copying import hand_set_induction_model
@@ -435,6 +438,78 @@ def test_a_numerical_aggregate_is_the_mean_of_the_selected_numbers():
     compiled = compile_program(nothing, 5, 5)
     column = residual_stream(compiled, x)[..., compiled.columns["aggregate"]][..., 0]  # (B, T)
     assert float(column[:, -1].abs().max()) < 1e-9
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("squared", lambda x: x * x),
+    ("piecewise", lambda x: min(2 * x, 1.0) - 0.5 * max(x - 0.6, 0.0)),
+    ("step", lambda x: 3.0 if x > 0.5 else -1.0),
+])
+def test_a_numerical_mlp_is_the_python_map_on_every_input_of_a_grid(name, fn):
+    """tracr's numerical MLP: f of frac_prevs (a number), one hidden ReLU layer of the course's
+    FeedForward, equals the Python evaluation on all 3^T rows of T = 1..6 (1,092 rows)."""
+    program = map_values(fn, rasp_frac_prevs(1), numerical=True, name=name)
+    compiled = compile_program(program, 3, 6)
+    assert compiled.heads == ["", "frac_prevs"]  # block 1's MLP: is_token; block 2's: f
+    assert compiled.model.config.d_ff == 1 + 2 * 12  # 13 shares a/b with b <= 6: 12 steps
+    worst, seen = 0.0, set()
+    for length in range(1, 7):
+        x = every_sequence(3, length)
+        assert len(x) == 3 ** length and len({tuple(r) for r in x.tolist()}) == len(x)
+        column = residual_stream(compiled, x)[..., compiled.columns[name][0]]  # (B, T)
+        python = torch.tensor([run_program(program, row) for row in x.tolist()], dtype=torch.float64)
+        worst = max(worst, float((column - python).abs().max()))
+        seen |= set(python.flatten().tolist())
+    assert worst < 1e-9 and len(seen) >= 2
+    # the check can fail: a map with too gentle steps (L = 1 / 4 of the smallest gap's) is wrong
+    shallow = compile_program(program, 3, 6)
+    with torch.no_grad():
+        ffn = shallow.model.layers[1].ffn
+        ffn.linear1.weight[1:, compiled.columns["frac_prevs"][0]] /= 16  # the steps' slopes
+    x = every_sequence(3, 6)
+    python = torch.tensor([run_program(program, row) for row in x.tolist()], dtype=torch.float64)
+    assert float((residual_stream(shallow, x)[..., compiled.columns[name][0]] - python).abs().max()) > 1e-3
+
+
+def test_a_map_of_a_number_must_be_numerical_and_its_means_are_bounded():
+    with pytest.raises(ValueError, match="numerical"):
+        map_values(lambda x: x > 0.5, rasp_frac_prevs(1))
+    too_many = map_values(abs, aggregate(select(indices, indices, "<="),
+                                         map_values(float, tokens, numerical=True)), numerical=True)
+    with pytest.raises(ValueError, match="max_len"):
+        compile_program(too_many, 40, 40)
+
+
+def test_trained_sort_is_right_without_the_compiled_heads_over_seeds_0_to_9():
+    """Lesson 10's sort comparison: length 5 of 8 distinct symbols (6,720 rows, so the answer
+    depends on the tokens), 200 steps of 64 rows, seeds 0-9. Each bound the lesson prints holds
+    with a 5% margin at every seed."""
+    from course_lib.claims import at_least, at_most
+
+    compiled = compile_program(rasp_sort(), 8, 8)
+    held = random_sequences("sort", 500, 5, 8, torch.Generator().manual_seed(8), held_out=True)
+    assert len({tuple(r) for r in held.sort(-1).values.tolist()}) > 20  # many different answers
+    for seed in range(10):
+        study = study_trained_sort(compiled, train_like(compiled, "sort", 5, seed, steps=200, n_sequences=64), held)
+        for bound in (at_least(study.whole, 0.8), at_most(study.place, 0.6), at_most(study.sort, 0.85),
+                      at_most(study.on_read, 0.7), at_least(study.by_value, 0.4)):
+            assert bound.margin >= 0.05, (seed, study, bound)
+
+
+def test_weight_by_key_value_reads_the_compiled_sort_head():
+    compiled = compile_program(rasp_sort(), 8, 8)
+    held = random_sequences("sort", 300, 5, 8, torch.Generator().manual_seed(2))
+    run_compiled(compiled, held)
+    sort_map = compiled.model.layer_weights[1][:, 0, 1:]  # (B, T, 1 + T)
+    table = weight_by_key_value(sort_map, held, 8)  # (T, 8)
+    # query i reads the i-th smallest token: the table is that token's frequency, by value
+    want = torch.stack([torch.bincount(held.sort(-1).values[:, i] - 1, minlength=8) for i in range(5)]) / 300
+    assert torch.allclose(table, want.double(), atol=1e-6)
+    study = study_trained_sort(compiled, compiled.model, held)  # the compiled model against itself
+    assert study.whole == 1.0 and study.sort == pytest.approx(1.0) and study.block == 1
+    assert study.on_read > 0.999 and study.by_value == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="weights"):
+        weight_by_key_value(sort_map[:, :, 1:], held, 8)
 
 
 def test_every_s_op_keeps_its_columns_when_two_share_a_name():
