@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import Attention
+from course_lib.claims import at_least, at_most
 from course_lib.model import DecoderOnly, LearnedPositions, Positions
 from course_lib.positional_encoding import (
     ALiBiPositions, LearnedPositionalEmbedding, RotaryPositions, SinusoidalPositionalEncoding, alibi_bias,
@@ -681,3 +682,76 @@ def test_previous_token_runs_in_two_processes_give_the_same_numbers_run_for_run(
         assert torch.equal(run.accuracy, forked[key].accuracy), key
         assert torch.equal(run.on_previous, forked[key].on_previous), key
         assert torch.equal(run.model.last_weights, forked[key].model.last_weights), key
+
+
+def _lesson_04_readings(seeds: range) -> dict[str, list[float]]:
+    """Per seed, every number lesson 04's training claims read (sections 6 to 8), for `seeds`."""
+    config = dict(vocab_size=16, max_len=64, d_model=32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the lesson
+    try:
+        runs = previous_token_runs(["learned", "sinusoidal", "rope", "alibi"], seeds, 8, 48, workers=2,
+                                   **config)
+        free = previous_token_runs(["alibi"], seeds, 8, 48, learned_slope=True, workers=2, **config)
+        none = previous_token_runs(["none"], seeds, 8, 8, workers=2, **config)
+    finally:
+        torch.set_num_threads(threads)
+    t = torch.arange(48)
+    too_far = (t[:, None] - t[None, :]) > 7  # (T, S): offsets never trained on
+
+    def each(kind: str, reading, found=runs) -> list[float]:
+        return [float(reading(found[kind, seed])) for seed in seeds]
+
+    def unseen(run) -> float:
+        return float((run.model.last_weights[:, 0].double() * too_far).sum(-1).mean(0)[32:].mean())
+
+    r = {f"{kind} worst 1-7": each(kind, lambda run: run.accuracy[:7].min())
+         for kind in ("learned", "sinusoidal", "rope")}
+    r.update({f"{kind} mean 8-47": each(kind, lambda run: run.accuracy[7:].mean())
+              for kind in ("learned", "sinusoidal", "alibi")})
+    r["alibi mean 1-7"] = each("alibi", lambda run: run.accuracy[:7].mean())
+    r["rope mean 8-15"] = each("rope", lambda run: run.accuracy[7:15].mean())
+    r["rope mean 32-47"] = each("rope", lambda run: run.accuracy[31:].mean())
+    r["rope weight 1-7"] = each("rope", lambda run: run.on_previous[:7].mean())
+    r["rope weight 32-47"] = each("rope", lambda run: run.on_previous[31:].mean())
+    r["rope unseen"], r["alibi unseen"] = each("rope", unseen), each("alibi", unseen)
+    r["alibi weight 5-7"] = each("alibi", lambda run: run.on_previous[4:7].mean())
+    r["alibi weight 32-47"] = each("alibi", lambda run: run.on_previous[31:].mean())
+    r["learned slope"] = each("alibi", lambda run: run.model.positions.slope, free)
+    r["learned slope worst 1-47"] = each("alibi", lambda run: run.accuracy.min(), free)
+    r["none mean 1-7"] = each("none", lambda run: run.accuracy.mean(), none)
+    r["none 2 minus 7"] = each("none", lambda run: run.accuracy[1] - run.accuracy[-1], none)
+    return r
+
+
+@pytest.mark.slow
+def test_lesson_04_training_claims_hold_over_seeds_0_to_9_at_least_5_percent_inside_their_bounds():
+    """Lesson 04 trains seeds 0-4 (its 10 s budget); issue 41 asks ranges from 10 seeds with no
+    claim within 5% of its bound. Every bound here is the lesson's; margin as claims.Bound's."""
+    r = _lesson_04_readings(range(10))
+    mean = lambda values: sum(values) / len(values)
+    difference = lambda a, b: [x - y for x, y in zip(r[a], r[b])]
+    bounds = {  # the lesson's claims, section by section
+        "learned table": at_least(min(r["learned worst 1-7"]), 0.85) & at_most(max(r["learned mean 8-47"]), 0.1),
+        "sinusoidal table": at_least(min(r["sinusoidal worst 1-7"]), 0.85)
+        & at_most(max(r["sinusoidal mean 8-47"]), 0.2),
+        "ALiBi past the trained length": at_least(min(r["alibi mean 8-47"]), 0.85)
+        & at_most(max(difference("alibi mean 1-7", "alibi mean 8-47")), 0.05),
+        "RoPE on the trained positions": at_least(min(r["rope worst 1-7"]), 0.9)
+        & at_least(mean(r["rope mean 8-15"]), 0.85),
+        "RoPE fades": at_least(mean(difference("rope mean 8-15", "rope mean 32-47")), 0.2)
+        & at_most(mean(r["rope mean 32-47"]), 0.8),
+        "RoPE's weight on the previous token": at_least(min(r["rope weight 1-7"]), 0.85)
+        & at_least(min(difference("rope weight 1-7", "rope weight 32-47")), 0.15)
+        & at_most(mean(r["rope weight 32-47"]), 0.7),
+        "weight at unseen offsets": at_least(min(r["rope unseen"]), 0.2) & at_least(mean(r["rope unseen"]), 0.3)
+        & at_most(max(r["alibi unseen"]), 0.05),
+        "ALiBi's weight on the previous token": at_least(min(r["alibi weight 32-47"]), 0.25)
+        & at_most(max(r["alibi weight 32-47"]), 0.35)
+        & at_most(max(abs(x) for x in difference("alibi weight 32-47", "alibi weight 5-7")), 0.03),
+        "learned ALiBi slope": at_least(min(r["learned slope"]), 1.0) & at_least(min(r["learned slope worst 1-47"]), 0.9),
+        "no positions": at_most(max(r["none mean 1-7"]), 0.6) & at_least(min(r["learned worst 1-7"]), 0.85),
+        "no positions, falling": at_least(min(r["none 2 minus 7"]), 0.1),
+    }
+    close = {name: round(bound.margin, 3) for name, bound in bounds.items() if bound.margin < 0.05}
+    assert not close, (close, r)
