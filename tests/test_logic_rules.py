@@ -621,7 +621,7 @@ def lesson_at_ten_seeds():
             continue  # the widget: nothing measured
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Agg's "cannot show the figure"
-            exec(compile(source, str(NOTEBOOK), "exec"), namespace)
+            exec(compile(source, str(NOTEBOOK), "exec"), namespace)  # noqa: S102 (the lesson's own cells)
         plt.close("all")
         if "SEEDS" in namespace and namespace["SEEDS"] != TEN_SEEDS:  # the setup cell ran
             assert namespace["SEEDS"] == [0, 1, 2, 3, 4]
@@ -638,7 +638,9 @@ def test_the_lessons_ten_seed_table_is_what_seeds_0_to_9_measure(lesson_at_ten_s
     the one its own code measures at SEEDS = list(range(10)), every claim holds for each seed,
     and the smallest margin is the one the text states."""
     ns, margins = lesson_at_ten_seeds
-    percent = lambda v: f"{100 * v:.3g}"  # noqa: E731 (the table's percentages)
+    def percent(v: float) -> str:  # the table's percentages
+        return f"{100 * v:.3g}"
+
     lead, ratio_64_4 = ns["lead"], ns["sweep_beyond"][:, ns["n64"]] / ns["sweep_beyond"][:, ns["n4"]]
     bits_64_4 = ns["sweep_bits"][:, ns["n64"]] / ns["sweep_bits"][:, ns["n4"]]
     at_80, at_320 = ns["at_80"], ns["at_320"]
