@@ -742,6 +742,30 @@ def step_of_change(steps: list[int], values: list[float], share: float = 0.5) ->
     return next(k for k, v in zip(steps, values) if (v - first) / change >= share)
 
 
+class LossBump(NamedTuple):
+    """How far a training loss's running mean climbs back up (loss_bump)."""
+    rise: float  # the largest rise of the running mean above its lowest earlier value (0: it never rises)
+    step: int  # the step (counted from 1) whose running mean is that far above the earlier low
+    noise: float  # the spread (std) of single steps' losses around the running mean that ends at them
+
+
+def loss_bump(losses: Sequence[float], window: int = 10) -> LossBump:
+    """Looks for the bump of Olsson et al. (2022), a rise of the training loss before the phase change.
+
+    losses: one per step (train_tiny_model's list). The running mean over `window` steps ends at
+    steps window .. len(losses); `rise` is its largest climb above its lowest value so far.
+    """
+    values = [require_number(f"losses[{i}]", v) for i, v in enumerate(require_items("losses", losses))]
+    window = require_count("window", window, minimum=2)
+    if len(values) <= window:
+        raise ValueError(f"losses must hold more than window = {window} steps, got {len(values)}")
+    steps = torch.tensor(values, dtype=torch.float64)
+    mean = steps.unfold(0, window, 1).mean(-1)  # (n - window + 1,): ends at steps window .. n
+    above = mean - torch.cummin(mean, 0).values
+    at = int(above.argmax())
+    return LossBump(float(above[at]), at + window, float((steps[window - 1:] - mean).std()))
+
+
 class Composition(NamedTuple):
     """A composition score of a trained model beside the same score for random weights."""
     trained: float

@@ -17,7 +17,7 @@ from course_lib.copying import (BOS, coherence, copy_accuracies, copy_accuracy, 
                              composition_scores, induction_scores, logit_paths, matching_keys, ov_circuit,
                              ov_copy_scores, position_copy_head, position_losses, repeat_once_batch,
                              order_blind_loss, repeated_tokens_batch, repeated_tokens_probe, run_ablated, second_layer_weights,
-                             softmax_copy_error, source_weight, step_of_change, token_codes, train_copy_model,
+                             softmax_copy_error, source_weight, step_of_change, loss_bump, token_codes, train_copy_model,
                              train_induction_model, train_induction_runs, unnormalised_attention,
                              unnormalised_copy_fit, unnormalised_copy_fits,
                              weight_on_source)
@@ -658,7 +658,8 @@ def _induction_measurements(model, losses, track):
         **{f"{kind}-composition": c.trained for kind, c in composition_scores(model).items()},
         **{f"{kind} percentile": c.percentile for kind, c in composition_scores(model).items()},
         "lowest cell": min(grid),
-        "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0],
+        "steps to 2": to[2.0], "steps 2 to 0.5": to[0.5] - to[2.0], "loss bump": loss_bump(losses).rise,
+        "loss spread": loss_bump(losses).noise,
         "layer 1 mean 1..18": float(layer1[:18].mean()),
         "layer 1 max 20..23": float(layer1[19:].max()),
         "layer 2 on match": layer2,
@@ -729,6 +730,8 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
         assert m["matching 10%"] >= 50 and m["matching 10% to 90%"] <= 150, (seed, m)
         assert m["halfway, icl - matching"] <= 30, (seed, m)
         assert m["first copy at step 0"] <= 4 and m["first copy at the end"] >= 5, (seed, m)
+        assert m["loss bump"] <= 0.08, (seed, m)  # no bump: the running mean climbs at most 0.08 nats,
+        assert m["loss bump"] < m["loss spread"], (seed, m)  # less than one step's own spread
         # the logits split by path: layer 2 carries the answer
         assert m["paths, sum error"] <= 1e-10 and m["layer 2 lead"] >= 5, (seed, m)
         assert max(abs(m["direct lead"]), abs(m["layer 1 lead"])) <= 1 and m["layer 2 largest"] >= 0.9, (seed, m)
@@ -754,7 +757,8 @@ def test_trained_induction_model_holds_the_lessons_claims_for_every_seed(trained
               "layer 2 lead": ("{:.1f}", "11.0", "14.4"), "direct lead": ("{:.2f}", "0.04", "0.17"),
               "layer 1 lead": ("{:.2f}", "-0.11", "-0.03"), "layer 2 largest": ("{:.2%}", "99.82%", "100.00%"),
               "first copy at step 0": ("{:.1f}", "3.5", "3.6"), "first copy at the end": ("{:.1f}", "8.5", "12.3"),
-              "knocked out, best accuracy": ("{:.1%}", "3.3%", "5.3%")}
+              "knocked out, best accuracy": ("{:.1%}", "3.3%", "5.3%"), "loss bump": ("{:.3f}", "0.019", "0.055"),
+              "loss spread": ("{:.3f}", "0.081", "0.091")}
     for key, (form, low, high) in stated.items():
         assert (form.format(ranges[key][0]), form.format(ranges[key][1])) == (low, high), (key, ranges[key])
     assert f"{ranges['starts 19, 20'][1]:.0%}" == "6%", ranges  # "at most 6%"
@@ -1001,6 +1005,21 @@ def test_step_of_change_finds_the_share_of_the_change_rising_falling_and_oversho
         call = {"steps": steps, "values": [0, 1, 2, 3, 4], "share": 0.5, **bad}
         with pytest.raises((ValueError, TypeError), match=match):
             step_of_change(**call)
+
+
+def test_loss_bump_finds_the_running_means_largest_climb():
+    falling = [5.0 - 0.1 * k for k in range(30)]
+    assert loss_bump(falling, window=3).rise == 0.0 and loss_bump(falling, window=3).noise < 1e-12
+    # a plateau at 3, a bump to 4 for three steps, then a fall: the 3-step mean peaks at 4, 1 above its low
+    bumped = [3.0] * 10 + [4.0] * 3 + [1.0] * 10
+    bump = loss_bump(bumped, window=3)
+    assert bump.rise == pytest.approx(1.0) and bump.step == 13
+    noisy = [2.0 + (0.5 if k % 2 else -0.5) for k in range(40)]  # alternating: mean 2, steps 0.5 off
+    assert 0.4 < loss_bump(noisy, window=10).noise < 0.6 and loss_bump(noisy, window=10).rise < 0.2
+    for bad, match in [(dict(losses=[1.0] * 5), "more than window"), (dict(window=1), "window must be"),
+                       (dict(losses=[1.0, "x"] * 10), r"losses\[1\]")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            loss_bump(**{"losses": [1.0] * 20, "window": 10, **bad})
 
 
 def test_on_step_sees_every_step_on_the_model_in_training_and_changes_nothing():

@@ -408,6 +408,7 @@ BASES: list[tuple[str, str, Callable[[], Callable], Callable[[], dict]]] = [
     ("copying", "logit_paths", lambda: copying.logit_paths, lambda: dict(model=decoder(n_decoder_layers=2), ids=ids())),
     ("copying", "step_of_change", lambda: copying.step_of_change,
      lambda: dict(steps=[0, 10, 20], values=[0.0, 0.5, 1.0], share=0.5)),
+    ("copying", "loss_bump", lambda: copying.loss_bump, lambda: dict(losses=[3.0, 2.0, 2.5, 1.0], window=2)),
     ("copying", "train_copy_model", lambda: copying.train_copy_model,
      lambda: dict(vocab_size=8, length=5, d_model=8, offset=1, steps=1, lr=0.005, seed=0, batch=4)),
     ("copying", "train_induction_model", lambda: copying.train_induction_model,
