@@ -400,6 +400,27 @@ def unmasked_logits(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> Tenso
     return model.readout(model.decoder_norm(y))  # (B, T, V)
 
 
+class MaskEffect(NamedTuple):
+    smallest_move: float  # the smallest change of a step's logits (largest over the vocabulary), steps 1..T-1
+    tokens_changed: float  # share of the tokens of steps 1..T-1 whose argmax changes
+
+
+def mask_effect(model: EncoderDecoder, src: Tensor, decoded: Decoding) -> MaskEffect:
+    """What the causal mask does to a greedy decoding: decoded = greedy_decode(model, src, T),
+    src (B, S). Its tokens go back in as one teacher-forced pass without the mask
+    (unmasked_logits), and each step's logits (B, T, V) are compared with the decoding's. The
+    last step is left out: it sees every token either way."""
+    require_instance("decoded", decoded, Decoding, "a Decoding (see greedy_decode)")
+    tokens = decoded.tokens  # (B, T)
+    if tokens.shape[1] < 2:
+        raise ValueError(f"decoded must hold at least 2 steps (the last is left out), got {tokens.shape[1]}")
+    tgt_in = torch.cat([torch.full_like(tokens[:, :1], BOS), tokens[:, :-1]], dim=1)  # (B, T)
+    no_mask = unmasked_logits(model, src, tgt_in)  # (B, T, V): every row sees every row
+    moved = (no_mask - decoded.logits).abs().amax(-1)[:, :-1]  # (B, T - 1)
+    changed = (no_mask.argmax(-1) != tokens)[:, :-1].double().mean()
+    return MaskEffect(moved.min().item(), changed.item())
+
+
 @torch.no_grad()
 def token_accuracy(model: EncoderDecoder, batch: Batch, source_positions: bool = True) -> float:
     """Teacher-forced share of answer tokens that get the largest logit: batch's src (B, S), tgt_in and
