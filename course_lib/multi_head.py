@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import copy
 import functools
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from .attention import Attention, _merge_heads, _split_heads
+from .copying import induction_batch, induction_scores, ov_copy_scores, weight_on_source  # lesson 06's data and probes
 from .guards import require_count, require_float, require_index, require_instance, require_integer, require_items
 from .measure import OperationCounter
 from .model import DecoderOnly, ModelConfig
@@ -377,3 +379,164 @@ def relation_margins(model: nn.Module, n_sequences: int = 256, seed: int = 1) ->
         wrong = (halves.sum(-1) - right) / (n_symbols - 1)
         margins[name] = (right - wrong).mean((0, 1))  # (2,)
     return margins
+
+
+# ------------------------------------------------------------------ induction heads among many
+# Lesson 06 trained a 2-layer model with one head per layer, so its induction head was the
+# only head of layer 2. With several heads per layer, nothing says which head does what: a scan
+# measures every head of every layer on repeated random tokens (lesson 06's probe) and lets
+# the numbers say which heads look back one position, which prefix-match and which copy.
+# Layers are counted from 0 in arguments (as without_heads takes them) and from 1 in
+# HeadScan.layer and in what a lesson prints, as lesson 06 names them ("layer 2").
+
+INDUCTION_PERIODS = (2, 3, 4, 5, 6, 7)  # lesson 06's training data: block lengths L
+INDUCTION_PREFIX = (0, 16)  # and its filler before the block (drawn up to the most that fits)
+
+
+def induction_heads_model(n_heads: int = 4, d_model: int = 32, seed: int = 0, vocab_size: int = 24,
+                          length: int = 24) -> DecoderOnly:
+    """Lesson 06's induction model with n_heads heads per layer, untrained: a causal, attention-only
+    DecoderOnly (2 layers, learned positions, no FFN, no norm), float64. Each head has
+    d_model / n_heads columns."""
+    require_count("n_heads", n_heads)
+    require_count("d_model", d_model)
+    if d_model % n_heads:
+        raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}: each head takes d_model / n_heads columns")
+    config = ModelConfig(vocab_size=require_count("vocab_size", vocab_size, minimum=3),
+                         max_len=require_count("length", length, minimum=3), d_model=d_model, n_heads=n_heads,
+                         n_decoder_layers=2, d_ff=0, seed=require_count("seed", seed, minimum=0))
+    return DecoderOnly(config).to(torch.float64)
+
+
+def train_induction_heads(n_heads: int = 4, d_model: int = 32, steps: int = 200, lr: float = 0.02,
+                          seed: int = 0, vocab_size: int = 24, length: int = 24, batch: int = 64,
+                          progress: bool | str = False) -> tuple[DecoderOnly, list[float]]:
+    """induction_heads_model trained on lesson 06's data (copying.induction_batch: [BOS], filler,
+    a block of L = 2..7 distinct tokens repeated; the target is every next token that can be
+    known from earlier in the sequence), by the course's one loop (train_tiny_model).
+
+    Training runs in float32 (about half of float64's time on a CPU); the model is returned in
+    float64 for the measurements. With the defaults (4 heads of width 8, 200 steps of 64
+    sequences at lr 0.02) every seed of 0..9 learns the task (tests/test_multi_head.py);
+    at width 16 and lr 0.01 seed 8 had not after 300 steps. Returns (model, every step's loss).
+    """
+    require_count("batch", batch)
+    model = induction_heads_model(n_heads, d_model, seed, vocab_size, length).float()
+    make_batch = induction_batch(batch, length, vocab_size, INDUCTION_PERIODS, INDUCTION_PREFIX)
+    losses = train_tiny_model(model, make_batch, steps, lr, seed,
+                              progress="induction" if progress is True else progress)
+    return model.double(), losses
+
+
+def train_induction_head_seeds(seeds: tuple[int, ...] | list[int] | range, workers: int = 1,
+                               progress: bool | str = False, **settings) -> list[tuple[DecoderOnly, list[float]]]:
+    """train_induction_heads(seed=s, **settings) for each seed s, in order: [(model, losses)].
+
+    workers=2 trains two at once in forked processes (runs.run_each: the same models).
+    progress=True shows one bar, labelled "induction heads", with each run's step and loss.
+    """
+    seeds = [require_count("seed", s, minimum=0) for s in require_items("seeds", seeds)]
+    label = "induction heads" if progress is True else progress
+    return run_each(functools.partial(_induction_heads_run, settings=settings), seeds, workers, label,
+                    [f"seed {s}" for s in seeds])
+
+
+def _induction_heads_run(seed: int, settings: dict) -> tuple[DecoderOnly, list[float]]:
+    return train_induction_heads(seed=seed, **settings)
+
+
+def _require_repeated(model: object, ids: object, targets: object | None = None) -> int:
+    """model: a DecoderOnly; ids (and targets) (B, 2 half + 1) repeated random tokens
+    (copying.repeated_tokens_batch). Returns half."""
+    require_instance("model", model, DecoderOnly, "a DecoderOnly model (see induction_heads_model)")
+    require_integer("ids", ids, 2, 2)
+    T = ids.shape[-1]
+    half = (T - 1) // 2
+    if T % 2 == 0 or half < 2 or not torch.equal(ids[:, 1:half + 1], ids[:, half + 1:]):
+        raise ValueError(f"ids must be repeated random tokens, [BOS], a block of half >= 2 tokens, the same block "
+                         f"again (copying.repeated_tokens_batch), got shape {tuple(ids.shape)}"
+                         + ("" if T % 2 == 0 or half < 2 else " whose two halves differ"))
+    if T > model.config.max_len:
+        raise ValueError(f"ids of length {T} must fit the model's max_len={model.config.max_len}")
+    if targets is not None:
+        require_integer("targets", targets, 2, 2)
+        if targets.shape != ids.shape:
+            raise ValueError(f"targets {tuple(targets.shape)} must have the shape of ids {tuple(ids.shape)}")
+    return half
+
+
+class HeadScan(NamedTuple):
+    """One head measured on repeated random tokens: [BOS], a block of distinct tokens, the block again."""
+    layer: int  # counted from 1, as lesson 06 names layers
+    head: int  # counted from 0, as the model indexes them
+    previous_token: float  # mean weight of every query i >= 1 on key i - 1
+    prefix_matching: float  # mean weight of the second copy's queries on the token after their first occurrence
+    copying: float  # eigenvalue copying score of the head's (V, V) map W_E W_OV W_U (-1 .. 1)
+
+
+def head_ov_circuit(model: DecoderOnly, layer: int, head: int) -> Tensor:
+    """(V, V) map W_E W_OV W_U of one head: row a = the logits this head adds when it attends,
+    with weight 1, to a row holding token a's embedding (its biases left out)."""
+    require_instance("model", model, DecoderOnly, "a DecoderOnly model")
+    require_index("layer", layer, len(model.layers), "layers")
+    with torch.no_grad():
+        return model.tokens.weight @ ov_matrix(model.layers[layer].attention, head) @ model.readout.weight.T
+
+
+@torch.no_grad()
+def scan_heads(model: DecoderOnly, ids: Tensor) -> list[HeadScan]:
+    """Every head of every layer of `model` on ids (B, 2 half + 1), repeated random tokens
+    (copying.repeated_tokens_batch): one HeadScan per head, layer by layer.
+
+    previous-token score: the weight on key i - 1, averaged over queries 1 .. T - 1 and the
+    batch. Prefix-matching score (Olsson et al. 2022): the weight a query of the second copy
+    (positions half + 1 .. 2 half) puts on the key just after its token's occurrence in the
+    first copy (copying.induction_scores), averaged. Copying score (Elhage et al. 2021): the
+    eigenvalue score of head_ov_circuit (copying.ov_copy_scores), from the weights alone: what
+    the head would add to the logits if it attended to a token, wherever it attends.
+    A head that attends evenly to the i + 1 keys it can see scores about 1 / (i + 1) on both
+    attention scores.
+    """
+    half = _require_repeated(model, ids)
+    model(ids)  # keeps each layer's weights (B, H, T, T)
+    scans = []
+    for layer, weights in enumerate(model.layer_weights):
+        for head in range(weights.shape[1]):
+            previous = weight_on_source(weights, -1, head).mean()  # queries 1 .. T - 1
+            matching = induction_scores(weights, ids, head)[half + 1:].mean()  # the second copy
+            _, copying = ov_copy_scores(head_ov_circuit(model, layer, head))
+            scans.append(HeadScan(layer + 1, head, float(previous), float(matching), copying))
+    return scans
+
+
+@torch.no_grad()
+def second_copy_loss(model: nn.Module, ids: Tensor, targets: Tensor) -> dict[str, float]:
+    """The model's mean loss (nats) and accuracy on the second copy of repeated random tokens:
+    predicting its tokens 2 .. half (positions half + 1 .. 2 half - 1, as lesson 06's
+    repeated_tokens_probe scores them), each of which followed the same token in the first copy.
+
+    ids, targets: (B, 2 half + 1) from copying.repeated_tokens_batch. Returns {"loss", "accuracy"}.
+    A model that knows which tokens the block holds but not their order does no better than
+    ln((half - 1)!) / (half - 1) nats (copying.order_blind_loss).
+    """
+    half = _require_repeated(model, ids, targets)
+    late = slice(half + 1, 2 * half)
+    logits = model(ids)[:, late]  # (B, half - 1, V)
+    wanted = targets[:, late]  # (B, half - 1)
+    loss = nn.functional.cross_entropy(logits.transpose(1, 2), wanted)
+    accuracy = (logits.argmax(-1) == wanted).double().mean()
+    return {"loss": float(loss), "accuracy": float(accuracy)}
+
+
+def head_ablations(model: DecoderOnly, ids: Tensor, targets: Tensor, layer: int = 1) -> dict[str, dict[str, float]]:
+    """second_copy_loss of `model` as it is ("none"), with each head of `layer` (counted from 0)
+    silenced alone ("head h", without_heads: its columns of W_O zeroed, so it writes nothing),
+    and with all of them silenced at once ("all")."""
+    require_instance("model", model, DecoderOnly, "a DecoderOnly model")
+    require_index("layer", layer, len(model.layers), "layers")
+    n_heads = model.layers[layer].attention.n_heads
+    results = {"none": second_copy_loss(model, ids, targets)}
+    for head in range(n_heads):
+        results[f"head {head}"] = second_copy_loss(without_heads(model, [head], layer), ids, targets)
+    results["all"] = second_copy_loss(without_heads(model, list(range(n_heads)), layer), ids, targets)
+    return results
