@@ -633,38 +633,34 @@ def test_induction_head_tools_refuse_bad_input_by_name(call, message):
 SCAN_SEEDS = range(10)
 SCAN_BOUNDS = {"layer-2 prefix matching": (">=", 0.5), "layer-1 prefix matching": ("<=", 0.1),
                "layer-2 copying": (">=", 0.9), "untrained copying": ("<=", 0.7),
-               "best layer-1 previous-token": (">=", 0.7), "one layer-2 head silenced": ("<=", 0.6),
-               "all layer-2 heads silenced": (">=", 3.0), "needed layer-1 head silenced": (">=", 1.0),
-               "another layer-1 head silenced": ("<=", 0.6)}
+               "best layer-1 previous-token": (">=", 0.7), "costliest layer-2 head silenced": ("<=", 0.5),
+               "all layer-2 heads silenced": (">=", 3.0), "costliest layer-1 head silenced": (">=", 1.0)}
 SCAN_RANGES = {"layer-2 prefix matching": ("0.60", "0.98"), "layer-1 prefix matching": ("0.00", "0.06"),
                "layer-2 copying": ("0.99", "1.00"), "untrained copying": ("-0.50", "0.59"),
-               "best layer-1 previous-token": ("0.77", "0.86"), "one layer-2 head silenced": ("0.05", "0.48"),
-               "all layer-2 heads silenced": ("3.32", "3.73"), "needed layer-1 head silenced": ("1.61", "7.34"),
-               "another layer-1 head silenced": ("0.04", "0.48"),
-               "other layer-1 previous-token": ("0.10", "0.83")}  # no bound: shown
+               "best layer-1 previous-token": ("0.77", "0.86"), "costliest layer-2 head silenced": ("0.05", "0.17"),
+               "all layer-2 heads silenced": ("3.32", "3.73"), "costliest layer-1 head silenced": ("1.56", "6.99")}
+OTHER_LAYER_1_RISE = "0.39"  # the largest rise of another layer-1 head silenced alone: shown, no bound
 
 
 def scan_measurements(model, seed: int) -> dict[str, list[float]]:
-    """What section 5 measures on one trained model, each as the list of values its claim bounds."""
+    """What section 5 measures on one trained model, each as the list of values its claim bounds.
+    Rises are in the second-copy loss (nats) over the intact model's."""
     ids, targets = repeated_tokens_batch(100, 11, 24)(torch.Generator().manual_seed(300))
     scans = scan_heads(model, ids)
     layer = {k: [s for s in scans if s.layer == k] for k in (1, 2)}
     ablated = {k: head_ablations(model, ids, targets, layer=k - 1) for k in (1, 2)}
-    first = [ablated[1][f"head {h}"]["loss"] for h in range(4)]
-    needed = max(range(4), key=first.__getitem__)
+    rises = {k: [ablated[k][f"head {h}"]["loss"] - ablated[k]["none"]["loss"] for h in range(4)] for k in (1, 2)}
+    costliest = max(range(4), key=rises[1].__getitem__)
     return {"layer-2 prefix matching": [s.prefix_matching for s in layer[2]],
             "layer-1 prefix matching": [s.prefix_matching for s in layer[1]],
             "layer-2 copying": [s.copying for s in layer[2]],
             "untrained copying": [s.copying for s in scan_heads(induction_heads_model(seed=seed), ids)],
             "best layer-1 previous-token": [max(s.previous_token for s in layer[1])],
-            "one layer-2 head silenced": [ablated[2][f"head {h}"]["loss"] for h in range(4)],
+            "costliest layer-2 head silenced": [max(rises[2])],
             "all layer-2 heads silenced": [ablated[2]["all"]["loss"]],
-            "needed layer-1 head silenced": [first[needed]],
-            "another layer-1 head silenced": [x for h, x in enumerate(first) if h != needed],
-            "other layer-1 previous-token": [s.previous_token for h, s in enumerate(layer[1]) if h != needed],
-            "intact": [ablated[2]["none"]["loss"]],
-            "needed head is the best previous-token head": [float(layer[1][needed].previous_token
-                                                                  == max(s.previous_token for s in layer[1]))]}
+            "costliest layer-1 head silenced": [rises[1][costliest]],
+            "other layer-1 heads silenced": [r for h, r in enumerate(rises[1]) if h != costliest],
+            "intact": [ablated[2]["none"]["loss"]]}
 
 
 def test_section_5s_table_states_the_ranges():
@@ -675,6 +671,7 @@ def test_section_5s_table_states_the_ranges():
     text = " ".join(" ".join(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
     for key, (low, high) in SCAN_RANGES.items():
         assert f"{low} to {high}" in text, key
+    assert f"up to {OTHER_LAYER_1_RISE}" in text
 
 
 @pytest.mark.slow
@@ -692,11 +689,7 @@ def test_section_5s_claims_hold_for_seeds_0_to_9_with_a_margin():
         stated = SCAN_RANGES[key]
         for got, text in ((low, stated[0]), (high, stated[1])):  # float32 training: the CPU moves the last digits
             assert abs(got - float(text)) <= 0.03 + 0.05 * abs(float(text)), (key, got, text)
-    others = [v for m in measured.values() for v in m["other layer-1 previous-token"]]
-    assert max(others) >= 0.7, max(others)  # the text: heads that also look back one token can go
-    stated = SCAN_RANGES["other layer-1 previous-token"]
-    print(f"other layer-1 previous-token: {min(others):.2f} to {max(others):.2f}")
-    assert abs(min(others) - float(stated[0])) <= 0.03 and abs(max(others) - float(stated[1])) <= 0.03 + 0.04
+    others = max(v for m in measured.values() for v in m["other layer-1 heads silenced"])
+    print(f"other layer-1 heads silenced: up to {others:.2f}")
+    assert abs(others - float(OTHER_LAYER_1_RISE)) <= 0.03 + 0.05 * float(OTHER_LAYER_1_RISE), others
     print("intact second-copy loss:", [round(m["intact"][0], 2) for m in measured.values()])
-    print("needed layer-1 head has the best previous-token score in",
-          sum(m["needed head is the best previous-token head"][0] for m in measured.values()), "of 10 seeds")
