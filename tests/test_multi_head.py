@@ -660,6 +660,7 @@ def scan_measurements(model, seed: int) -> dict[str, list[float]]:
             "all layer-2 heads silenced": [ablated[2]["all"]["loss"]],
             "costliest layer-1 head silenced": [rises[1][costliest]],
             "other layer-1 heads silenced": [r for h, r in enumerate(rises[1]) if h != costliest],
+            "costliest layer-1 head": [costliest],
             "intact": [ablated[2]["none"]["loss"]]}
 
 
@@ -692,4 +693,7 @@ def test_section_5s_claims_hold_for_seeds_0_to_9_with_a_margin():
     others = max(v for m in measured.values() for v in m["other layer-1 heads silenced"])
     print(f"other layer-1 heads silenced: up to {others:.2f}")
     assert abs(others - float(OTHER_LAYER_1_RISE)) <= 0.03 + 0.05 * float(OTHER_LAYER_1_RISE), others
+    heads = [m["costliest layer-1 head"][0] for m in measured.values()]
+    print("costliest layer-1 head per seed:", heads)
+    assert len(set(heads)) >= 2, heads  # the text: which head that is changes with the seed
     print("intact second-copy loss:", [round(m["intact"][0], 2) for m in measured.values()])
