@@ -1,8 +1,8 @@
 """The course's one attention path and its layer. `attend` is softmax(q k^T * scale + bias, masked) v
 on checked input, with torch's softmax: every attention of the course runs it (lesson 01's
 scaled_dot_product_attention checks its arguments and calls it; lesson 01's `softmax` writes the
-same softmax out). `Attention` adds the four projections, n_heads heads and the
-KV cache; every model of the course is built from it. `causal_mask` is what a decoder's layer reads.
+same softmax out). `Attention` adds the four projections, n_heads heads and the KV cache; every
+model of the course is built from it. `causal_mask` is what a decoder's layer reads.
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .guards import (broadcast_shape, require_bool, require_broadcasts_to, require_count, require_float, require_mask,
-                     require_same_dtype, require_tensor, require_width)
+                     require_same_dtype, require_width)
 
 Rotation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k) -> (q, k), turned by position
 # A KV cache: one layer's kept keys and values {"k": ..., "v": ...}, empty before the first call.

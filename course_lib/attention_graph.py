@@ -793,7 +793,7 @@ def _set_head(head, sop: SOp, col: Callable, columns: dict, value_sets: dict, sc
 def _set_mlp(ffn, sop: SOp, first: int, col: Callable, columns: dict, value_sets: dict, scratch: dict,
              max_len: int) -> int:
     """Hidden units first, first + 1, ... of one FFN compute `sop`; returns the next free unit."""
-    w1, b1, w2, b2 = ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight, ffn.linear2.bias
+    w1, b1, w2 = ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight  # linear2.bias stays 0, as set
     h = first
     if sop.kind == "selector_width":  # x = 1 / (n + 1): step_k = [n <= k] = [x > t_k], two ReLUs each
         x, steep = scratch[id(sop)], 4.0 * (max_len + 1) * (max_len + 2)  # 2 / the narrowest gap

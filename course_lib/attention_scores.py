@@ -4,9 +4,8 @@
 the attention path uses torch's, which gives the same weights (tests/test_attention_scores.py).
 `scaled_dot_product_attention` checks its arguments and runs the course's one attention path,
 course_lib.attention's `attend`: the Attention layer, with its projections and heads, runs the
-same lines. Later lessons build their variants (masked,
-biased, rotated, cross, deliberately broken) by passing arguments to these, never by writing
-attention again.
+same lines. Later lessons build their variants (masked, biased, rotated, cross, deliberately
+broken) by passing arguments to these, never by writing attention again.
 
 Dimension names: see course_lib/__init__.py. Boolean masks: True = "may attend".
 """

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Callable
 
 import torch
-from torch import Tensor
 
 from ..attention_scores import attention_scores, entropy, naive_softmax, scaled_dot_product_attention, softmax
 from . import compare, earlier_answers, exercise_check, passed

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..attention import Attention
-from ..attention_scores import attention_scores, scaled_dot_product_attention, softmax
+from ..attention_scores import scaled_dot_product_attention, softmax
 from ..masks import AdditiveScorer, additive_attention, causal_mask, combine_masks, cross_attention, padding_mask
 from . import compare, earlier_answers, exercise_check, passed
 from .bug_hints import BROADCAST_ERROR, call_naming, results_in_order
