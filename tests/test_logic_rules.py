@@ -595,6 +595,13 @@ def _span(values, form=None) -> str:
 
 @pytest.fixture(scope="module")
 def lesson_at_ten_seeds():
+    """_lesson_at_ten_seeds in a new process, as a kernel runs the lesson (tests/fresh.py)."""
+    from fresh import in_fresh_process
+
+    return in_fresh_process("test_logic_rules", "_lesson_at_ten_seeds")
+
+
+def _lesson_at_ten_seeds():
     """Lesson 07's code cells, top to bottom, with SEEDS = list(range(10)) in place of its
     setup cell's five (the widget cell left out): its variables, and every claim's margin.
     About 20 s on one free core, more on a busy machine."""

@@ -836,7 +836,9 @@ def test_the_lessons_ten_seed_table_is_what_its_ten_runs_measure():
     blanks the `measured:` blocks it was copied from: here the lesson's own cells run (section 7's
     10 scorer initialisations, section 9's decoders from seeds 0-9) and every range and margin it
     prints must be what they measure, each claim at least 5% inside its bound."""
-    ns, tests = _run_lesson()
+    from fresh import in_fresh_process
+
+    ns, tests = in_fresh_process("test_masks", "_run_lesson")  # as a kernel runs it
     assert list(ns["seeds"]) == list(range(10)) and len(ns["gaps"]) == 10
     honest, broken = ns["honest"], ns["broken"]
 

@@ -674,7 +674,9 @@ def test_the_lessons_ten_seed_table_is_what_seeds_0_to_9_measure():
     must be what they measure, each claim at least 5% inside its bound."""
     from course_lib.claims import fmt
 
-    ns, tests = _run_lesson()
+    from fresh import in_fresh_process
+
+    ns, tests = in_fresh_process("test_normalization", "_run_lesson")  # as a kernel runs it
     assert ns["SEEDS"] == list(range(10))
     level, after, last = ns["LEVEL"], ns["AFTER"], 10  # last: the lesson's "last 10 steps"
     reach, final, ratio, drops, difference = ns["reach"], ns["final"], ns["ratio"], ns["drops"], ns["difference"]
