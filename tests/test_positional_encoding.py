@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -755,3 +756,45 @@ def test_lesson_04_training_claims_hold_over_seeds_0_to_9_at_least_5_percent_ins
     }
     close = {name: round(bound.margin, 3) for name, bound in bounds.items() if bound.margin < 0.05}
     assert not close, (close, r)
+    assert _table_column("seeds 0-9 (test)") == _ten_seed_column(r)
+
+
+def _ten_seed_column(r: dict[str, list[float]]) -> dict[str, str]:
+    """What lesson 04's seeds table must print in its "seeds 0-9 (test)" column, row by row, from
+    the readings of seeds 0-9: percentages to 0.1 (a whole one without ".0"), points to 0.1, weights
+    and slopes to 3 significant digits."""
+    mean = lambda values: sum(values) / len(values)
+    difference = lambda a, b: [x - y for x, y in zip(r[a], r[b])]
+    pct = lambda v: f"{100 * v:.1f}".removesuffix(".0")
+    percents = lambda key: f"{pct(min(r[key]))}-{pct(max(r[key]))}%"
+    points = lambda values: f"{100 * min(values):.1f}-{100 * max(values):.1f}"
+    plain = lambda values: f"{min(values):.3g}-{max(values):.3g}"
+    fades = difference("rope mean 8-15", "rope mean 32-47")
+    return {
+        "learned table: worst of 1-7; mean at 8-47 (6)": f"{percents('learned worst 1-7')}; {percents('learned mean 8-47')}",
+        "sinusoidal table: worst of 1-7; mean at 8-47 (6)":
+            f"{percents('sinusoidal worst 1-7')}; {percents('sinusoidal mean 8-47')}",
+        "ALiBi: mean at 8-47; fall from 1-7 (6)":
+            f"{percents('alibi mean 8-47')}; {points(difference('alibi mean 1-7', 'alibi mean 8-47'))}",
+        "RoPE: worst of 1-7; mean at 8-15 (6)": f"{percents('rope worst 1-7')}; {pct(mean(r['rope mean 8-15']))}%",
+        "RoPE fades: fall from 8-15 to 32-47; mean at 32-47 (6)":
+            f"{points(fades)} (mean {100 * mean(fades):.1f}); {pct(mean(r['rope mean 32-47']))}%",
+        "RoPE's weight on the previous token: at 1-7; drop (7)":
+            f"{plain(r['rope weight 1-7'])}; {plain(difference('rope weight 1-7', 'rope weight 32-47'))}",
+        "RoPE's weight on offsets past 7 (7)": percents("rope unseen"),
+        "ALiBi's weight on the previous token at 32-47 (7)": plain(r["alibi weight 32-47"]),
+        "learned ALiBi slope; worst of 1-47 (7)": f"{plain(r['learned slope'])}; {percents('learned slope worst 1-47')}",
+        "no positions: mean over 1-7; position 2 minus 7 (8)": f"{percents('none mean 1-7')}; {points(r['none 2 minus 7'])}",
+    }
+
+
+def _table_column(column: str) -> dict[str, str]:
+    """Lesson 04's seeds table (its "**Seeds.**" cell), first column -> the named column, as typed."""
+    import nbformat
+
+    notebook = nbformat.read(Path(__file__).parent.parent / "notebooks" / "04_positional_encoding.ipynb", as_version=4)
+    cell = next(c.source for c in notebook.cells if c.cell_type == "markdown" and c.source.startswith("**Seeds.**"))
+    rows = [[part.strip() for part in line.strip().strip("|").split("|")] for line in cell.splitlines()
+            if line.startswith("|") and not line.startswith("|---")]
+    at = rows[0].index(column)
+    return {row[0]: row[at] for row in rows[1:]}
