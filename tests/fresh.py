@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -47,3 +48,35 @@ def _pickles(value: object) -> bool:
     except (pickle.PicklingError, TypeError, AttributeError):  # modules, the lesson's functions, figures
         return False
     return True
+
+
+def run_lesson_cells(notebook: Path, skip: Callable[[str], bool]) -> tuple[dict, dict[str, object]]:
+    """A lesson's code cells, top to bottom, less those `skip(source)` names (its widget, its timing
+    cells): its variables, and each claim's test (a bool, or a Bound with its margin) by
+    statement, recorded from the imports cell on. Figures go to Agg and are closed."""
+    import warnings
+
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib import claims
+
+    namespace: dict = {}
+    tests: dict[str, object] = {}
+
+    def recording_claim(statement, holds, *args, **kwargs):
+        tests[statement] = holds
+        return claims.claim(statement, holds, *args, **kwargs)
+
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code" or skip(cell.source):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Agg's "cannot show the figure"
+            exec(compile(cell.source, str(notebook), "exec"), namespace)  # noqa: S102 (the lesson's own cells)
+        plt.close("all")
+        namespace["claim"] = recording_claim
+    return namespace, tests

@@ -766,42 +766,12 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "02_masks.ipyn
 
 
 def _run_lesson() -> tuple[dict, dict[str, object]]:
-    """Lesson 02's code cells, top to bottom, as the lesson runs them, less the widget and the
-    wall-clock timing cells (nothing the table reads): its variables, and each claim's test (a
-    bool, or a Bound with its margin) by statement. About 10 s on one free core."""
-    import warnings
+    """Lesson 02's code cells as the lesson runs them, less the widget and the wall-clock timing
+    cells (machine-dependent, nothing the table reads): fresh.run_lesson_cells. About 10 s."""
+    from fresh import run_lesson_cells
 
-    import matplotlib
-    import nbformat
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from course_lib import claims
-
-    namespace: dict = {}
-    tests: dict[str, object] = {}
-
-    def recording_claim(statement, holds, *args, **kwargs):
-        tests[statement] = holds
-        return claims.claim(statement, holds, *args, **kwargs)
-
-    threads = torch.get_num_threads()
-    try:
-        for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-            source = cell.source
-            if cell.cell_type != "code" or "seconds_per_score(" in source or "add_s / dot_s" in source:
-                continue  # markdown, or the timing cells: machine-dependent, asserted nowhere in the table
-            if "mask_explorer_widget()" in source and "import" not in source:
-                continue  # the widget: nothing measured
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # Agg's "cannot show the figure"
-                exec(compile(source, str(NOTEBOOK), "exec"), namespace)  # noqa: S102 (the lesson's own cells)
-            plt.close("all")
-            namespace["claim"] = recording_claim  # from the imports cell on
-    finally:
-        torch.set_num_threads(threads)  # the lesson sets one thread
-    return namespace, tests
+    return run_lesson_cells(NOTEBOOK, lambda source: "seconds_per_score(" in source or "add_s / dot_s" in source
+                            or ("mask_explorer_widget()" in source and "import" not in source))
 
 
 def _lesson_table(start: str) -> dict[str, list[str]]:

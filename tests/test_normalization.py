@@ -618,40 +618,11 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_normalizat
 
 
 def _run_lesson() -> tuple[dict, dict[str, object]]:
-    """Lesson 05's code cells, top to bottom, as the lesson runs them, less the widget: its
-    variables, and each claim's test (a bool, or a Bound with its margin) by statement. About
-    10 s on one free core."""
-    import warnings
+    """Lesson 05's code cells as the lesson runs them, less the widget: fresh.run_lesson_cells.
+    About 10 s on one free core."""
+    from fresh import run_lesson_cells
 
-    import matplotlib
-    import nbformat
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from course_lib import claims
-
-    namespace: dict = {}
-    tests: dict[str, object] = {}
-
-    def recording_claim(statement, holds, *args, **kwargs):
-        tests[statement] = holds
-        return claims.claim(statement, holds, *args, **kwargs)
-
-    threads = torch.get_num_threads()
-    try:
-        for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-            source = cell.source
-            if cell.cell_type != "code" or ("normalization_widget()" in source and "import" not in source):
-                continue  # markdown, or the widget: nothing measured
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # Agg's "cannot show the figure"
-                exec(compile(source, str(NOTEBOOK), "exec"), namespace)  # noqa: S102 (the lesson's own cells)
-            plt.close("all")
-            namespace["claim"] = recording_claim  # from the imports cell on
-    finally:
-        torch.set_num_threads(threads)  # the lesson sets one thread
-    return namespace, tests
+    return run_lesson_cells(NOTEBOOK, lambda source: "normalization_widget()" in source and "import" not in source)
 
 
 def _lesson_table(start: str) -> dict[str, list[str]]:
